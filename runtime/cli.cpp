@@ -1,22 +1,55 @@
+// The `cedar` command line: one CLI11 app, sub-commands registered by the runtime/cmd_*.cpp
+// files. Exit codes: 0 ok, 1 runtime failure, 2 bad usage or bad input.
 #include "runtime/cli.hpp"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "kernels/base/log.hpp"
 #include "kernels/device.hpp"
+#include "runtime/cmd_model.hpp"
 
 namespace cedar::runtime {
 
 int cli_main(int argc, char** argv) {
   CLI::App app{"cedar — a C++ agent runtime with the DeepSeek-V4.1 model inside it"};
   app.require_subcommand(1);
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "log debug messages");
+  app.add_flag("-q,--quiet", quiet, "log only errors");
+  int exit_code = 0;
+
   auto* version = app.add_subcommand("version", "print the version and the compute device");
-  CLI11_PARSE(app, argc, argv);
-  if (*version) {
+  version->callback([] {
     std::printf("cedar 0.1.0\n");
     kernels::announce_device();
+  });
+  add_model_commands(app, &exit_code);
+
+  // The README's main job. Until the default model ships it shows the official model's shape.
+  auto* demo = app.add_subcommand("demo", "run the default demo");
+  demo->callback([&exit_code] {
+    kernels::announce_device();
+    std::printf("cedar demo: the DeepSeek-V4.1-Flash architecture as cedar models it\n\n");
+    char* args[] = {(char*)"cedar", (char*)"model", (char*)"info",
+                    (char*)CEDAR_SOURCE_DIR "/config/deepseek-v41-flash.json"};
+    CLI::App sub{"demo"};
+    int code = 0;
+    add_model_commands(sub, &code);
+    sub.parse(4, args);
+    exit_code = code;
+  });
+
+  app.parse_complete_callback([&] {
+    if (verbose) log_set_level(log_level::debug);
+    if (quiet) log_set_level(log_level::error);
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
   }
-  return 0;
+  return exit_code;
 }
 
 }  // namespace cedar::runtime

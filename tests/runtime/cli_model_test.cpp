@@ -1,0 +1,66 @@
+// `cedar model info`: runs the real binary and checks its output and exit codes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+struct run_result { int code; std::string out; };
+
+run_result run(const std::string& args) {
+  std::string cmd = std::string(CEDAR_BINARY_DIR) + "/bin/cedar " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  run_result r{-1, ""};
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+std::string src(const std::string& rel) { return std::string(CEDAR_SOURCE_DIR) + "/" + rel; }
+}  // namespace
+
+TEST(CliModelInfo, OfficialConfigPrints890) {
+  run_result r = run("model info " + src("config/deepseek-v41-flash.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\npersistent_bytes_per_token: 890\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nlayer_map: SSFRRRRRFRRRRRFRRRRR|FRRRIRRRIRRRIRRRIRRR|DDD\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nswa_bytes_per_sequence: 2906112\n"), std::string::npos);
+  EXPECT_NE(r.out.find("\nbf16_equivalent_bytes_per_token: 40960\n"), std::string::npos);
+  EXPECT_NE(r.out.find("\nparams_backbone: "), std::string::npos);
+  EXPECT_NE(r.out.find("(551.6B)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(196.9B)"), std::string::npos) << r.out;
+}
+
+TEST(CliModelInfo, JsonOutput) {
+  run_result r = run("model info --json " + src("config/deepseek-v41-flash.json"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"persistent_bytes_per_token\": 890"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"layers_decoder_reindex\": \"24,28,32,36\""), std::string::npos) << r.out;
+}
+
+TEST(CliModelInfo, BadConfigIsOneLineNamingTheField) {
+  std::string path = testing::TempDir() + "cedar_bad_config.json";
+  std::ofstream(path) << R"({"text_config": {"hidden_size": 5120, "index_topk": "many"}})";
+  run_result r = run("model info " + path);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("field 'index_topk'"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  r = run("model info /nonexistent.json");
+  EXPECT_EQ(r.code, 2);
+  r = run("model info");
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(CliModelInfo, HelpExitsZero) {
+  run_result r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("model"), std::string::npos);
+  r = run("model info --help");
+  EXPECT_EQ(r.code, 0);
+}
