@@ -7,6 +7,7 @@
 
 #include "kernels/base/log.hpp"
 #include "kernels/device.hpp"
+#include "runtime/cmd_mcp.hpp"
 #include "runtime/cmd_model.hpp"
 
 namespace cedar::runtime {
@@ -25,6 +26,7 @@ int cli_main(int argc, char** argv) {
     kernels::announce_device();
   });
   add_model_commands(app, &exit_code);
+  add_mcp_commands(app, &exit_code);
 
   // The README's main job. Until the default model ships it shows the official model's shape.
   auto* demo = app.add_subcommand("demo", "run the default demo");

@@ -1,0 +1,37 @@
+// JSON values for the tools module: nlohmann::json is the in-memory value (tool arguments,
+// schemas, MCP messages); bytes are parsed with simdjson (strict, fast, never throws here) and
+// converted. Serialisation never throws: invalid UTF-8 in strings is replaced, not fatal.
+//
+// Callers outside this module receive `json` values; they must use the non-throwing accessors
+// (`find`, `is_*`, `get_ref` after a type check) or the helpers below.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "kernels/base/result.hpp"
+
+namespace cedar::tools {
+
+using json = nlohmann::json;
+
+// Parses one JSON document. Errors name `what` (e.g. "MCP message from 'fs'") and the simdjson
+// reason.
+result<json> json_parse(std::string_view text, std::string_view what = "JSON");
+
+// Compact serialisation; invalid UTF-8 is replaced by U+FFFD.
+std::string json_dump(const json& v);
+
+// Non-throwing lookups: the member if `obj` is an object holding `key` of the wanted kind.
+const json* json_member(const json& obj, std::string_view key);
+std::string json_string_or(const json& obj, std::string_view key, std::string fallback = {});
+
+// "string", "number", "object", ... as JSON Schema names the value's type ("integer" for
+// whole numbers).
+const char* json_type_name(const json& v);
+
+// A short excerpt of text for error messages: at most n bytes, newlines escaped.
+std::string excerpt(std::string_view text, size_t n = 120);
+
+}  // namespace cedar::tools
