@@ -9,6 +9,7 @@
 #include "kernels/device.hpp"
 #include "runtime/cmd_mcp.hpp"
 #include "runtime/cmd_model.hpp"
+#include "runtime/cmd_sessions.hpp"
 
 namespace cedar::runtime {
 
@@ -27,6 +28,7 @@ int cli_main(int argc, char** argv) {
   });
   add_model_commands(app, &exit_code);
   add_mcp_commands(app, &exit_code);
+  add_sessions_commands(app, &exit_code);
 
   // The README's main job. Until the default model ships it shows the official model's shape.
   auto* demo = app.add_subcommand("demo", "run the default demo");

@@ -1,0 +1,25 @@
+// `cedar sessions …` — inspect and manage the session store from the command line:
+//   cedar sessions list [--json]
+//   cedar sessions show ID [--json]
+//   cedar sessions export ID            (the transcript as JSON)
+//   cedar sessions fork ID --at-turn N [--agent NAME]
+//   cedar sessions rm ID
+// every one with --store PATH (default $XDG_DATA_HOME/cedar/sessions.db, else
+// ~/.local/share/cedar/sessions.db). The commands never create a store file.
+//
+// add_sessions_commands registers the `sessions` sub-command on `app`; its callbacks run while
+// CLI11 parses and write the process exit code to *exit_code (0 ok, 1 failure, 2 bad input).
+// No CAF here: the commands open the store directly (no actor system is running).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace cedar::runtime {
+
+void add_sessions_commands(CLI::App& app, int* exit_code);
+
+// The default store path described above (empty when neither XDG_DATA_HOME nor HOME is set).
+std::string default_sessions_store_path();
+
+}  // namespace cedar::runtime

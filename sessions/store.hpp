@@ -1,0 +1,231 @@
+// sessions/store — the session store: sessions, their append-only transcript and token log, the
+// FP4 global-KV pages of each KV source, and checkpoints, in one SQLite file (WAL mode).
+//
+// Owns: one SQLite connection. Exactly one owner (the store actor, ARCHITECTURE.md); not
+// thread-safe. Does not: know the model (pages are opaque entries of a `page_geometry`), hold SWA
+// state (never persisted), decide between replay and re-prefill (the executor does, from the
+// per-page status that load_checkpoint reports).
+//
+// The state diagram of a session and the numbered invariants are drawn at the top of store.cpp.
+//
+// Durability: WAL with synchronous=NORMAL. A commit_turn that returned ok survives a crash or
+// SIGKILL of the process; after a power loss or OS crash the database is still consistent (every
+// turn is all or nothing) but the last turns committed since the last WAL sync may be rolled
+// back. Readers never see half a turn.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/base/result.hpp"
+#include "sessions/page_format.hpp"
+#include "sessions/sqlite_db.hpp"
+
+namespace cedar::sessions {
+
+using session_id = int64_t;
+
+// See the diagram in store.cpp. `created` and `forked` are the two initial states.
+enum class session_status { created, forked, active, waiting_tool, done, failed, cancelled };
+const char* session_status_name(session_status s);
+result<session_status> parse_session_status(std::string_view s);
+bool is_terminal(session_status s);
+
+enum class item_kind { system, user, assistant, tool_call, tool_result };
+const char* item_kind_name(item_kind k);
+result<item_kind> parse_item_kind(std::string_view s);
+
+struct session_info {
+  session_id id = 0;
+  uint64_t model_hash = 0;
+  std::string agent;
+  session_status status = session_status::created;
+  page_geometry geometry;
+  int64_t created_ms = 0;  // unix epoch milliseconds
+  int64_t updated_ms = 0;
+  std::optional<session_id> parent;  // set for a fork while the parent exists
+  uint32_t fork_turns = 0;           // for a fork: how many of the parent's turns it started with
+  uint64_t fork_tokens = 0;
+  uint32_t n_turns = 0;              // committed turns
+  uint64_t n_tokens = 0;             // length of the token log
+};
+
+// One transcript item: `payload` is JSON text (validated on write); [token_begin, token_end) is
+// its range in the token log (empty when it has no tokens).
+struct transcript_item {
+  uint32_t seq = 0;   // 0, 1, 2, ... within the session
+  uint32_t turn = 0;  // 0-based index of the turn that wrote it
+  item_kind kind = item_kind::user;
+  std::string payload;
+  uint64_t token_begin = 0;
+  uint64_t token_end = 0;
+};
+
+struct item_write {
+  item_kind kind = item_kind::user;
+  std::string payload;  // JSON text
+  uint64_t token_begin = 0;
+  uint64_t token_end = 0;
+};
+
+// New entries of one KV source: [first_entry, first_entry + n_entries). `main` holds
+// [n_entries, main_entry_bytes] and `index` [n_entries, index_entry_bytes], as the executor
+// keeps them. Views: the bytes need only live for the duration of commit_turn.
+struct page_write {
+  uint32_t source_layer = 0;
+  uint64_t first_entry = 0;
+  uint32_t n_entries = 0;
+  std::span<const uint8_t> main;
+  std::span<const uint8_t> index;
+};
+
+// Auxiliary state needed to resume exactly (compressor pending half-group, Engram n-gram
+// history, ...): named opaque bytes, replaced at every checkpoint, checksummed.
+struct aux_write {
+  std::string name;
+  std::span<const uint8_t> bytes;
+};
+struct aux_blob {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+// Everything one turn adds. commit_turn writes it in ONE transaction, with a checkpoint at the
+// end of the turn; only new rows are written (history is never rewritten).
+struct turn_write {
+  std::vector<item_write> items;
+  std::span<const int32_t> tokens;  // appended to the token log at session.n_tokens
+  std::vector<page_write> pages;    // per source, contiguous with what is stored; 0-entry pages skipped
+  std::vector<aux_write> aux;       // the aux state at the end of the turn
+  session_status status_after = session_status::active;  // active, waiting_tool, done or failed
+};
+
+struct turn_receipt {
+  uint32_t turn = 0;         // 0-based index of the committed turn
+  uint64_t n_tokens = 0;     // token log length after it (= the checkpoint's position)
+  uint64_t page_bytes = 0;   // bytes of KV pages written (headers included)
+};
+
+// How page blobs are written: through the incremental blob API in chunks (zeroblob + write),
+// or bound whole to the INSERT. bench_store measures both; `incremental` is the default.
+enum class blob_write { incremental, bound };
+
+struct store_options {
+  // SQLite page size of a new file. 4096 keeps the file within ~3% of the 890 B/token payload
+  // for agent-like turns (bench_store: 920 B/token at 4 KB, 976 at 64 KB, whose partly filled
+  // leaf and overflow pages cost more); read/write speed differed little between them.
+  uint32_t page_size = 4096;
+  int busy_timeout_ms = 5000;
+  uint64_t max_page_count = 0;        // PRAGMA max_page_count when > 0 (a size limit)
+  blob_write write_mode = blob_write::incremental;
+  uint32_t blob_chunk_bytes = 128 * 1024;  // 64–256 KB chunks (BENCHMARKS B8)
+};
+
+struct checkpoint_info {
+  uint32_t n_turns = 0;   // the checkpoint is the session after its first n_turns turns
+  uint64_t n_tokens = 0;
+  int64_t created_ms = 0;
+};
+
+// One loaded (or missing) page. `bytes` holds the whole page (header + payload) as stored.
+struct loaded_page {
+  uint32_t source_layer = 0;
+  uint64_t first_entry = 0;
+  uint32_t n_entries = 0;
+  page_status status = page_status::ok;
+  std::string detail;           // why, when status != ok
+  std::vector<uint8_t> bytes;
+  std::span<const uint8_t> main() const;   // [n_entries, main_entry_bytes]; empty unless ok
+  std::span<const uint8_t> index() const;  // [n_entries, index_entry_bytes]; empty unless ok
+  uint32_t main_entry_bytes = 0;
+};
+
+struct loaded_source {
+  uint32_t source_layer = 0;
+  uint64_t n_entries = 0;           // entries at the checkpoint
+  std::vector<loaded_page> pages;   // in entry order; gaps appear as `missing` pages
+  bool all_ok() const;
+};
+
+struct checkpoint_data {
+  session_info session;
+  checkpoint_info checkpoint;
+  std::vector<int32_t> tokens;               // [0, checkpoint.n_tokens)
+  std::vector<transcript_item> transcript;   // items of the checkpoint's turns
+  std::vector<loaded_source> sources;        // ascending source_layer
+  std::vector<aux_blob> aux;                 // ascending name
+  std::vector<std::string> aux_errors;       // aux blobs failing their checksum (omitted from aux)
+  bool all_pages_ok() const;                 // every page of every source is `ok`
+};
+
+struct load_options {
+  bool with_pages = true;  // false: tokens, transcript and aux only (the reprefill path)
+};
+
+class store {
+ public:
+  // Opens or creates the store at `path`, migrating an older schema. Refuses a file from a
+  // newer cedar (schema version), a file that is not a cedar store, or not SQLite at all.
+  static result<std::unique_ptr<store>> open(const std::string& path, const store_options& opt = {});
+
+  result<session_id> create_session(uint64_t model_hash, std::string_view agent,
+                                    const page_geometry& geometry);
+  result<turn_receipt> commit_turn(session_id id, const turn_write& turn);
+  // done / failed / cancelled without a new turn.
+  status finish_session(session_id id, session_status final_status);
+  // A new session holding the parent's first `n_turns` turns; KV pages are shared, not copied.
+  result<session_id> fork_session(session_id parent, uint32_t n_turns, std::string_view agent = {});
+  // Deletes a session; pages still used by a fork stay (they are shared by reference).
+  status remove_session(session_id id);
+
+  result<session_info> get_session(session_id id);
+  result<std::vector<session_info>> list_sessions();
+  result<std::vector<transcript_item>> transcript(session_id id);
+  result<std::vector<int32_t>> tokens(session_id id,
+                                      uint64_t end = std::numeric_limits<uint64_t>::max());
+  result<std::vector<checkpoint_info>> checkpoints(session_id id);
+  // The latest checkpoint at or before `at_or_before_tokens`, with every page verified
+  // (header, model hash, layout, checksum) and a per-page status.
+  result<checkpoint_data> load_checkpoint(session_id id,
+                                          uint64_t at_or_before_tokens = std::numeric_limits<uint64_t>::max(),
+                                          const load_options& opt = {});
+
+  // Checks the numbered invariants of store.cpp for one session (and the global ones); ok or an
+  // errc::internal naming the broken invariant. Asserted after each commit in debug builds.
+  status check_invariants(session_id id);
+  // Checkpoints the WAL into the main file (TRUNCATE), e.g. before measuring the file size.
+  status checkpoint_wal();
+  // Bytes on disk: the main file plus its -wal file.
+  uint64_t file_bytes() const;
+  const std::string& path() const { return db_.path(); }
+
+  // The page references of a session, in (source, entry) order; `page_row` is the kv_pages
+  // rowid (shared by forks). For the CLI and tests.
+  struct page_ref {
+    uint32_t source_layer = 0;
+    uint64_t first_entry = 0;
+    uint32_t n_entries = 0;
+    uint32_t turn = 0;
+    int64_t page_row = 0;
+  };
+  result<std::vector<page_ref>> page_refs(session_id id);
+
+ private:
+  store() = default;
+  status init(const std::string& path, const store_options& opt);
+  status migrate();
+  status write_page(const page_write& p, session_id id, uint32_t turn, uint64_t model_hash,
+                    const page_geometry& g, uint64_t* bytes_written);
+  status assert_invariants(session_id id);
+
+  db db_;
+  store_options opt_;
+};
+
+}  // namespace cedar::sessions
