@@ -382,8 +382,8 @@ status finalize(model_config& c) {
                                         "), got " + std::to_string(c.qk_rope_head_dim));
   if (c.head_dim % 32 != 0)
     return fail("head_dim", "expected a multiple of 32 (FP8 SWA and FP4 KV blocks), got " + std::to_string(c.head_dim));
-  if (c.index_head_dim % 32 != 0 || c.index_head_dim <= c.qk_rope_head_dim)
-    return fail("index_head_dim", "expected a multiple of 32 above qk_rope_head_dim (" +
+  if (c.index_head_dim % 32 != 0 || c.index_head_dim < c.qk_rope_head_dim)
+    return fail("index_head_dim", "expected a multiple of 32, at least qk_rope_head_dim (" +
                                       std::to_string(c.qk_rope_head_dim) + "), got " + std::to_string(c.index_head_dim));
   if (c.num_attention_heads % c.o_groups != 0)
     return fail("o_groups", "expected a divisor of num_attention_heads (" + std::to_string(c.num_attention_heads) +

@@ -1,0 +1,257 @@
+// bench_forward — CPU forward-pass throughput (BENCHMARKS.md B3, B4 on the CPU).
+//
+// Figures (CSV on stdout: commit,machine,config,figure,value,unit):
+//   prefill tok/s, CED vs full stack (same prompt, same weights, same process) at 1K and 4K,
+//   with the quality figure that must accompany a speed figure: the last-row logits'
+//   rel = max|ced − full| / max|full| and whether the argmax agrees;
+//   decode tok/s (aggregate over the batch) at batch 1 / 8 / 32 and context 1K / 8K;
+//   the same for the real tiny fixture model when its files are reachable.
+// Models: "rand100m" — random weights for a ~100M-parameter config built in-process (12
+// layers with every CSA2 mode, like the fixture, at d 512); "tiny-A" — the fixture.
+// Medians of `reps` repetitions (≥ 5 where the run is short). Progress goes to stderr.
+// The last line is the CED / full-stack prefill time ratio at the longest prompt.
+//
+// Usage: bench_forward [--quick] [--fixture DIR]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "kernels/cpu/ops.hpp"
+#include "model/config.hpp"
+#include "model/engine.hpp"
+#include "model/forward.hpp"
+#include "model/npy.hpp"
+
+namespace cm = cedar::model;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+std::string g_commit = "unknown", g_machine = "unknown";
+
+void csv(const std::string& config, const std::string& figure, double value, const char* unit) {
+  std::printf("%s,%s,%s,%s,%.6g,%s\n", g_commit.c_str(), g_machine.c_str(), config.c_str(), figure.c_str(), value,
+              unit);
+  std::fflush(stdout);
+}
+
+std::string shell_line(const char* cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd, "r")) {
+    char buf[256];
+    if (fgets(buf, sizeof buf, p)) out = buf;
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+cm::model_config rand100m_config() {
+  cm::model_config c;
+  c.vocab_size = 16384;
+  c.hidden_size = 512;
+  c.num_hidden_layers = 12;
+  c.num_attention_heads = 8;
+  c.head_dim = 128;
+  c.qk_rope_head_dim = 32;
+  c.q_lora_rank = 256;
+  c.o_groups = 4;
+  c.o_lora_rank = 256;
+  c.sliding_window = 128;
+  c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
+  c.kv_source_layer_ids = {2, 4, 6};
+  c.index_source_layer_ids = {2, 4, 6, 8, 10};
+  c.candidate_source_layer_id = 6;
+  c.candidate_topk_blocks = 64;
+  c.candidate_block_size = 8;
+  c.index_n_heads = 8;
+  c.index_head_dim = 64;
+  c.index_topk = 128;
+  c.moe_intermediate_size = 512;
+  c.n_routed_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.engram_layer_ids = {1, 4};
+  c.engram_vocab_size = 4000;
+  c.engram_n_heads = 2;
+  c.engram_head_dim = 64;
+  c.engram_compressed_vocab_size = 8192;
+  c.num_nextn_predict_layers = 0;
+  c.dspark_target_layer_ids.clear();
+  auto layout = cm::make_engram_layout(c);  // table sizes follow from the prime layout
+  if (layout.ok()) c.engram_num_embeddings = layout->table_rows;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> t((size_t)n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int i = 0; i < n; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    t[(size_t)i] = (int32_t)(s % (uint64_t)vocab);
+  }
+  return t;
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double md = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    md = std::max(md, (double)std::fabs(a[i] - b[i]));
+    mb = std::max(mb, (double)std::fabs(b[i]));
+  }
+  return md / std::max(mb, 1e-30);
+}
+
+// Prefill CED vs full stack at each length; returns the CED/full time ratio at the last one.
+double bench_prefill(const std::string& name, const cm::engine& e, const std::vector<int>& lens, int reps) {
+  const cm::model_config& c = e.config();
+  cm::runner rn(e);
+  double ratio = 0;
+  for (int n : lens) {
+    const std::vector<int32_t> prompt = random_tokens(n, (int)c.vocab_size, 11u + (uint32_t)n);
+    std::vector<double> t_full, t_ced;
+    std::vector<float> last_full, last_ced;
+    for (int r = 0; r < reps; ++r) {
+      for (cm::prefill_mode m : {cm::prefill_mode::full_stack, cm::prefill_mode::ced}) {
+        cm::sequence s(c);
+        cm::prefill_options o;
+        o.mode = m;
+        const auto t0 = clk::now();
+        auto lg = rn.prefill(s, prompt, o);
+        const double dt = std::chrono::duration<double>(clk::now() - t0).count();
+        if (!lg.ok()) {
+          std::fprintf(stderr, "prefill failed: %s\n", lg.err().message.c_str());
+          return 0;
+        }
+        (m == cm::prefill_mode::ced ? t_ced : t_full).push_back(dt);
+        (m == cm::prefill_mode::ced ? last_ced : last_full) = lg->values;
+      }
+      std::fprintf(stderr, "[%s] prefill n=%d rep %d: full %.3fs ced %.3fs\n", name.c_str(), n, r, t_full.back(),
+                   t_ced.back());
+    }
+    const double mf = median(t_full), mc = median(t_ced);
+    const std::string cfg = name + ";n=" + std::to_string(n);
+    csv(cfg, "prefill_full_stack_tok_s", n / mf, "tok/s");
+    csv(cfg, "prefill_ced_tok_s", n / mc, "tok/s");
+    csv(cfg, "prefill_ced_over_full_time", mc / mf, "ratio");
+    csv(cfg, "prefill_ced_theory_time", 0.5 + (double)c.sliding_window / n, "ratio");
+    csv(cfg, "ced_vs_full_last_logits_rel", rel(last_ced, last_full), "rel");
+    const bool same = std::max_element(last_ced.begin(), last_ced.end()) - last_ced.begin() ==
+                      std::max_element(last_full.begin(), last_full.end()) - last_full.begin();
+    csv(cfg, "ced_vs_full_argmax_equal", same ? 1 : 0, "bool");
+    ratio = mc / mf;
+  }
+  return ratio;
+}
+
+void bench_decode(const std::string& name, const cm::engine& e, const std::vector<int>& ctxs,
+                  const std::vector<int>& batches, int steps) {
+  const cm::model_config& c = e.config();
+  cm::runner rn(e);
+  for (int ctx : ctxs) {
+    // One CED prefill of `ctx` tokens, copied into every batch slot (same state, same cost).
+    cm::sequence base(c);
+    const auto t0 = clk::now();
+    auto p = rn.prefill(base, random_tokens(ctx, (int)c.vocab_size, 5u + (uint32_t)ctx));
+    if (!p.ok()) {
+      std::fprintf(stderr, "prefill failed: %s\n", p.err().message.c_str());
+      return;
+    }
+    std::fprintf(stderr, "[%s] decode: context %d prefilled in %.2fs\n", name.c_str(), ctx,
+                 std::chrono::duration<double>(clk::now() - t0).count());
+    for (int b : batches) {
+      std::vector<cm::sequence> seqs((size_t)b, base);
+      std::vector<cm::sequence*> ptrs;
+      for (auto& s : seqs) ptrs.push_back(&s);
+      std::vector<int32_t> toks((size_t)b);
+      std::vector<float> lg;
+      std::vector<double> times;
+      for (int st = 0; st < steps + 1; ++st) {
+        for (int i = 0; i < b; ++i) toks[(size_t)i] = (int32_t)((st * 131 + i * 17) % c.vocab_size);
+        const auto t1 = clk::now();
+        if (!rn.decode_step(ptrs, toks, lg).ok()) return;
+        if (st > 0) times.push_back(std::chrono::duration<double>(clk::now() - t1).count());  // step 0 warms up
+      }
+      const double m = median(times);
+      std::fprintf(stderr, "[%s] decode ctx %d batch %d: %.2f ms/step\n", name.c_str(), ctx, b, 1e3 * m);
+      const std::string cfg = name + ";ctx=" + std::to_string(ctx) + ";batch=" + std::to_string(b);
+      csv(cfg, "decode_tok_s", b / m, "tok/s");
+      csv(cfg, "decode_step_ms", 1e3 * m, "ms");
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string fixture = "tests/fixtures/deepseek-v41-tiny-A";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--fixture") && i + 1 < argc) fixture = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--fixture DIR]\n", argv[0]);
+      return 2;
+    }
+  }
+  g_commit = shell_line("git rev-parse --short HEAD 2>/dev/null");
+  if (g_commit.empty()) g_commit = "unknown";
+  char host[128] = {0};
+  gethostname(host, sizeof host - 1);
+  g_machine = std::string(host) + ";cores=" + std::to_string(std::thread::hardware_concurrency()) +
+              ";blas_threads=" + std::to_string(cedar::kernels::gemm_threads());
+  std::printf("commit,machine,config,figure,value,unit\n");
+
+  // --- the tiny fixture model (when reachable from the working directory) ---
+  auto fc = cm::load_model_config(fixture + "/config.json");
+  if (fc.ok()) {
+    cm::engine_options o;
+    auto tm = cm::load_token_map_npy(fixture + "/engram/token_map.npy");
+    if (tm.ok()) o.engram_token_map = *tm;
+    auto fe = cm::engine::load(*fc, fixture + "/model.safetensors", o);
+    if (fe.ok()) {
+      std::fprintf(stderr, "[tiny-A] %lld params\n", (long long)fe->n_params());
+      bench_prefill("tiny-A", *fe, {1024}, 5);
+      bench_decode("tiny-A", *fe, {1024}, {1, 8, 32}, quick ? 5 : 20);
+    } else {
+      std::fprintf(stderr, "[tiny-A] skipped: %s\n", fe.err().message.c_str());
+    }
+  } else {
+    std::fprintf(stderr, "[tiny-A] skipped (run from the repository root or pass --fixture): %s\n",
+                 fc.err().message.c_str());
+  }
+
+  // --- random ~100M model ---
+  cm::model_config c = rand100m_config();
+  if (auto st = cm::finalize(c); !st.ok()) {
+    std::fprintf(stderr, "config: %s\n", st.err().message.c_str());
+    return 1;
+  }
+  const auto t0 = clk::now();
+  auto e = cm::engine::random(c, 1234);
+  if (!e.ok()) {
+    std::fprintf(stderr, "engine: %s\n", e.err().message.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[rand100m] %lld params, built in %.1fs\n", (long long)e->n_params(),
+               std::chrono::duration<double>(clk::now() - t0).count());
+  csv("rand100m", "params", (double)e->n_params(), "count");
+  const double ratio = quick ? bench_prefill("rand100m", *e, {1024}, 3) : bench_prefill("rand100m", *e, {1024, 4096}, 5);
+  bench_decode("rand100m", *e, quick ? std::vector<int>{1024} : std::vector<int>{1024, 8192}, {1, 8, 32},
+               quick ? 3 : 8);
+  std::printf("ced_over_full_prefill_time_ratio,%.4f\n", ratio);
+  return 0;
+}

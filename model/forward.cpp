@@ -1,0 +1,934 @@
+// forward — see forward.hpp. Data flow of one call, in file order:
+//
+//   segments ─► embed (hc copies) ─► Engram hash ids ─► for each backbone layer:
+//       [Engram] ─► attn mixes ─► collapse(pre_prev) + attn_norm ─► [compressor: new global
+//       KV entries] ─► [CED cut at first_decoder_layer] ─► Q, SWA KV ─► [indexer top-k] ─►
+//       sparse attention (window ∪ top-k entries, sink) ─► inverse RoPE, wo_a, wo_b ─► expand
+//       ─► ffn mixes ─► collapse(attn pre) + ffn_norm ─► MoE ─► expand
+//   ─► collapse(last pre) + norm ─► head ─► commit tokens / n-gram history to the sequences.
+//
+// Shapes: R rows, d hidden, hc streams, H heads × hd, Hi × Di indexer heads, E experts.
+#include "model/forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "kernels/cpu/ops.hpp"
+#include "kernels/cpu/quant.hpp"
+
+namespace cedar::model {
+
+namespace kc = cedar::kernels;
+
+namespace {
+
+constexpr float k_neg_inf = -std::numeric_limits<float>::infinity();
+
+// A run of consecutive positions of one sequence inside the current row set.
+struct segment {
+  sequence* seq = nullptr;
+  int row0 = 0;
+  int n = 0;
+  int64_t pos0 = 0;
+  bool replay = false;   // rows already in the sequence: no compressor, no commit
+  bool ced_cut = false;  // keep only the last sliding_window rows from first_decoder_layer on
+};
+
+template <class T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
+
+// A second worker for the runner's row loops: one persistent thread (started on first use),
+// handed a function pointer + context, so a decode step allocates nothing to use both cores.
+class row_helper {
+ public:
+  ~row_helper() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      quit_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  // Runs fn(ctx, r0, r1) on the helper thread; pair with wait().
+  void post(void (*fn)(void*, int, int), void* ctx, int r0, int r1) {
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      fn_ = fn;
+      ctx_ = ctx;
+      r0_ = r0;
+      r1_ = r1;
+      pending_ = true;
+      done_ = false;
+    }
+    cv_.notify_one();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lk(m_);
+    done_cv_.wait(lk, [this] { return done_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lk(m_);
+    for (;;) {
+      cv_.wait(lk, [this] { return pending_ || quit_; });
+      if (quit_) return;
+      pending_ = false;
+      lk.unlock();
+      fn_(ctx_, r0_, r1_);
+      lk.lock();
+      done_ = true;
+      done_cv_.notify_one();
+    }
+  }
+  std::thread thread_;
+  std::mutex m_;
+  std::condition_variable cv_, done_cv_;
+  void (*fn_)(void*, int, int) = nullptr;
+  void* ctx_ = nullptr;
+  int r0_ = 0, r1_ = 0;
+  bool pending_ = false, done_ = true, quit_ = false;
+};
+
+// ============================================================================================
+// Scratch: every buffer one call needs, grown on demand and reused (no per-token allocation).
+// ============================================================================================
+struct runner::workspace {
+  std::vector<segment> segs;
+  std::vector<int32_t> tok;     // [R]
+  std::vector<int64_t> pos;     // [R]
+  std::vector<int> seg_of;      // [R]
+  std::vector<float> X, X2;     // [R, hc·d] residual streams
+  std::vector<float> pre, apre, post, comb, mixes;  // [R, hc], [R, hc], [R, hc], [R, hc²], [R, mix]
+  std::vector<float> flat;      // [R, hc·d]
+  std::vector<float> x, y;      // [R, d]
+  std::vector<float> qr, q, kv; // [R, q_lora], [R, H·hd], [R, hd]
+  std::vector<float> o, oa;     // [R, H·hd], [R, G·o_rank]
+  std::vector<float> ckv, cgate, latent, keys;  // compressor
+  std::vector<float> qi, wts;   // [R, Hi·Di], [R, Hi]
+  std::vector<float> sc, iscore;  // indexer score block, [n_entries]
+  std::vector<int32_t> order, bsel;
+  std::vector<int32_t> topk;    // [R, K]
+  std::vector<int> topk_n;      // [R]
+  std::vector<uint8_t> cand;    // [R, n_blocks]
+  int cand_blocks = 0;
+  std::vector<float> cos, sin;  // [n_pairs]
+  std::vector<float> kvbuf;     // [Σ (window rows before pos0 + n), hd] every segment's window keys
+  std::vector<int64_t> seg_prior_lo;  // [segments] first window position read from the ring
+  std::vector<size_t> seg_kv_off;     // [segments] row offset of the segment in kvbuf
+  row_helper helper;            // the second core's worker
+  std::vector<float> kc_w[2];   // per attention worker: [K, hd] gathered compressed entries
+  std::vector<float> logit_w[2];// per attention worker: [H, W + K]
+  std::vector<float> scores, selw;  // MoE [R, E], [R, k]
+  std::vector<int> sel;             // [R, k]
+  std::vector<std::vector<int>> expert_rows;
+  std::vector<std::vector<float>> expert_w;
+  std::vector<float> xe, he, ae, ye;  // expert gather / hidden / act / out
+  std::vector<int64_t> hash;    // [R, n_engram_layers, n_cols]
+  std::vector<int64_t> comp;    // compressed ids of one segment (+ look-back)
+  std::vector<int64_t> ctx;     // [max_ngram] one position's n-gram, newest first
+  std::vector<float> emb, ekv;  // Engram rows / projection
+  std::vector<float> head_in;   // [n_out, d]
+  std::vector<int> out_rows;
+  std::vector<int> keep;        // compaction map
+  std::vector<float> tmp;
+};
+
+runner::runner(const engine& e) : e_(e), ws_(new workspace) {}
+runner::~runner() { delete ws_; }
+
+namespace {
+
+// ============================================================================================
+// mHC (MODEL_SPEC §6): mixes, collapse, expand
+// ============================================================================================
+void hc_mixes(const model_config& c, const float* X, int R, const fvec& fn, const fvec& base,
+              const fvec& scale, runner::workspace& ws, float* pre, float* post, float* comb) {
+  const int hc = c.hc_mult, hd = hc * (int)c.hidden_size, mix = (2 + hc) * hc;
+  float* flat = grow(ws.flat, (size_t)R * hd);
+  kc::rmsnorm_rows(X, nullptr, R, hd, c.rms_norm_eps, flat);
+  float* m = grow(ws.mixes, (size_t)R * mix);
+  kc::gemm_nt(R, mix, hd, flat, fn.data(), m);
+  const float eps = (float)c.hc_eps;
+  for (int r = 0; r < R; ++r) {
+    const float* mr = m + (size_t)r * mix;
+    for (int k = 0; k < hc; ++k) {
+      pre[r * hc + k] = kc::sigmoid(mr[k] * scale[0] + base[(size_t)k]) + eps;
+      post[r * hc + k] = 2.0f * kc::sigmoid(mr[hc + k] * scale[1] + base[(size_t)(hc + k)]);
+    }
+    float* cb = comb + (size_t)r * hc * hc;  // [j][k]
+    for (int j = 0; j < hc; ++j) {
+      for (int k = 0; k < hc; ++k)
+        cb[j * hc + k] = mr[2 * hc + j * hc + k] * scale[2] + base[(size_t)(2 * hc + j * hc + k)];
+      kc::softmax(cb + j * hc, hc);
+      for (int k = 0; k < hc; ++k) cb[j * hc + k] += eps;
+    }
+    auto col_norm = [&] {
+      for (int k = 0; k < hc; ++k) {
+        float s = 0;
+        for (int j = 0; j < hc; ++j) s += cb[j * hc + k];
+        for (int j = 0; j < hc; ++j) cb[j * hc + k] /= (s + eps);
+      }
+    };
+    col_norm();
+    for (int it = 0; it < c.hc_sinkhorn_iters - 1; ++it) {
+      for (int j = 0; j < hc; ++j) {
+        float s = 0;
+        for (int k = 0; k < hc; ++k) s += cb[j * hc + k];
+        for (int k = 0; k < hc; ++k) cb[j * hc + k] /= (s + eps);
+      }
+      col_norm();
+    }
+  }
+}
+
+// x[r] = Σ_k pre[r,k]·X[r,k]   [R, d]
+void hc_collapse(const float* X, const float* pre, int R, int hc, int d, float* x) {
+  for (int r = 0; r < R; ++r) {
+    float* xr = x + (size_t)r * d;
+    std::fill(xr, xr + d, 0.0f);
+    for (int k = 0; k < hc; ++k) kc::axpy(pre[r * hc + k], X + ((size_t)r * hc + k) * d, xr, d);
+  }
+}
+
+// X[r,k] ← post[r,k]·y[r] + Σ_j comb[r,j,k]·X[r,j]
+void hc_expand(float* X, const float* y, const float* post, const float* comb, int R, int hc,
+               int d, std::vector<float>& tmp) {
+  float* t = grow(tmp, (size_t)hc * d);
+  for (int r = 0; r < R; ++r) {
+    float* Xr = X + (size_t)r * hc * d;
+    const float* cb = comb + (size_t)r * hc * hc;
+    for (int k = 0; k < hc; ++k) {
+      float* tk = t + (size_t)k * d;
+      const float pk = post[r * hc + k];
+      const float* yr = y + (size_t)r * d;
+      for (int i = 0; i < d; ++i) tk[i] = pk * yr[i];
+      for (int j = 0; j < hc; ++j) kc::axpy(cb[j * hc + k], Xr + (size_t)j * d, tk, d);
+    }
+    std::memcpy(Xr, t, sizeof(float) * (size_t)hc * d);
+  }
+}
+
+// ============================================================================================
+// Engram (MODEL_SPEC §6)
+// ============================================================================================
+void engram_apply(const engine& e, int l, int eli, float* X, int R, runner::workspace& ws) {
+  const model_config& c = e.config();
+  const engram_weights& w = e.block(l).engram;
+  const int hc = c.hc_mult, d = (int)c.hidden_size, ehd = c.engram_head_dim;
+  const int nc = e.engram().n_cols(), nl = e.engram().n_layers, in = nc * ehd;
+  float* emb = grow(ws.emb, (size_t)R * in);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < nc; ++j) {
+      const int64_t id = ws.hash[((size_t)r * nl + eli) * nc + j];
+      std::memcpy(emb + (size_t)r * in + (size_t)j * ehd, w.table.data() + (size_t)id * ehd,
+                  sizeof(float) * (size_t)ehd);
+    }
+  const int outw = d * (hc + 1);
+  float* kv = grow(ws.ekv, (size_t)R * outw);
+  kc::gemm_nt(R, outw, in, emb, w.wkv.data(), kv);
+  const float eps = (float)c.rms_norm_eps;
+  for (int r = 0; r < R; ++r) {
+    const float* value = kv + (size_t)r * outw + (size_t)hc * d;
+    for (int k = 0; k < hc; ++k) {
+      float* h = X + ((size_t)r * hc + k) * d;
+      const float* key = kv + (size_t)r * outw + (size_t)k * d;
+      const float* qk = w.qk.data() + (size_t)k * d;
+      float hh = 0, kk = 0, dt = 0;
+      for (int i = 0; i < d; ++i) {
+        hh += h[i] * h[i];
+        kk += key[i] * key[i];
+        dt += h[i] * qk[i] * key[i];
+      }
+      const float rstd = (1.0f / std::sqrt(hh / d + eps)) * (1.0f / std::sqrt(kk / d + eps));
+      const float dot = dt * rstd / std::sqrt((float)d);
+      const float mag = std::sqrt(std::max(std::fabs(dot), 1e-6f));
+      const float gate = kc::sigmoid(std::copysign(mag, dot));
+      kc::axpy(gate, value, h, d);
+    }
+  }
+}
+
+// Hash ids of every row: ws.hash [R, n_engram_layers, n_cols].
+void engram_hash_rows(const engine& e, runner::workspace& ws) {
+  const engram_layout& L = e.engram();
+  if (L.n_layers == 0) return;
+  const int nc = L.n_cols(), back = L.max_ngram - 1;
+  const std::vector<int64_t>& tmap = e.engram_token_map();
+  int R = 0;
+  for (const segment& s : ws.segs) R += s.n;
+  int64_t* out = grow(ws.hash, (size_t)R * L.n_layers * nc);
+  int64_t* ctx = grow(ws.ctx, (size_t)L.max_ngram);
+  for (const segment& s : ws.segs) {
+    // comp[k] = compressed id of position pos0 − h + k
+    const int h = (int)std::min<int64_t>(s.pos0, back);
+    int64_t* comp = grow(ws.comp, (size_t)(h + s.n));
+    if (s.replay) {
+      for (int k = 0; k < h; ++k) comp[k] = tmap[(size_t)s.seq->tokens()[(size_t)(s.pos0 - h + k)]];
+    } else {
+      const std::vector<int64_t>& hist = s.seq->ngram_history();
+      for (int k = 0; k < h; ++k) comp[k] = hist[hist.size() - (size_t)h + (size_t)k];
+    }
+    for (int i = 0; i < s.n; ++i) comp[h + i] = tmap[(size_t)ws.tok[(size_t)(s.row0 + i)]];
+    for (int i = 0; i < s.n; ++i) {
+      const int64_t p = s.pos0 + i;
+      for (int sh = 0; sh < L.max_ngram; ++sh)
+        ctx[sh] = p < sh ? e.engram_pad_compressed() : comp[h + i - sh];
+      for (int li = 0; li < L.n_layers; ++li)
+        L.hash(li, ctx, out + ((size_t)(s.row0 + i) * L.n_layers + li) * nc);
+    }
+  }
+}
+
+// ============================================================================================
+// MoE (MODEL_SPEC §1 "MoE")
+// ============================================================================================
+void run_expert(const model_config& c, const expert_weights& w, const float* x, int n,
+                const float* row_w, runner::workspace& ws, float* y, float beta) {
+  const int d = (int)c.hidden_size, F = c.moe_intermediate_size;
+  float* h = grow(ws.he, (size_t)n * 2 * F);
+  kc::gemm_nt(n, 2 * F, d, x, w.w13.data(), h);
+  float* a = grow(ws.ae, (size_t)n * F);
+  for (int r = 0; r < n; ++r)
+    kc::swiglu(h + (size_t)r * 2 * F, h + (size_t)r * 2 * F + F, F, (float)c.swiglu_limit,
+               row_w ? row_w[r] : 1.0f, a + (size_t)r * F);
+  kc::gemm_nt_ld(n, d, F, a, F, w.w2.data(), F, y, d, 1.0f, beta);
+}
+
+void moe_forward(const engine& e, int l, const float* x, int R, runner::workspace& ws, float* y) {
+  const model_config& c = e.config();
+  const moe_weights& w = e.block(l).ffn;
+  const int d = (int)c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
+  // Shared expert first, straight into y.
+  run_expert(c, w.shared, x, R, nullptr, ws, y, 0.0f);
+  float* s = grow(ws.scores, (size_t)R * E);
+  kc::gemm_nt(R, E, d, x, w.gate.data(), s);
+  int* sel = grow(ws.sel, (size_t)R * K);
+  float* sw = grow(ws.selw, (size_t)R * K);
+  if ((int)ws.expert_rows.size() < E) {
+    ws.expert_rows.resize((size_t)E);
+    ws.expert_w.resize((size_t)E);
+  }
+  for (int i = 0; i < E; ++i) {
+    ws.expert_rows[(size_t)i].clear();
+    ws.expert_w[(size_t)i].clear();
+  }
+  for (int r = 0; r < R; ++r) {
+    float* sr = s + (size_t)r * E;
+    for (int i = 0; i < E; ++i) sr[i] = std::sqrt(kc::softplus(sr[i]));
+    // top-K of score + bias, ties to the lower expert id
+    int* sl = sel + (size_t)r * K;
+    for (int k = 0; k < K; ++k) {
+      int best = -1;
+      float bv = 0;
+      for (int i = 0; i < E; ++i) {
+        bool taken = false;
+        for (int j = 0; j < k; ++j) taken |= sl[j] == i;
+        if (taken) continue;
+        const float v = sr[i] + w.bias[(size_t)i];
+        if (best < 0 || v > bv) {
+          best = i;
+          bv = v;
+        }
+      }
+      sl[k] = best;
+    }
+    float sum = 0;
+    for (int k = 0; k < K; ++k) sum += sr[sl[k]];
+    for (int k = 0; k < K; ++k) {
+      float wk = sr[sl[k]];
+      if (c.norm_topk_prob && K > 1) wk = wk / (sum + 1e-20f);
+      sw[(size_t)r * K + k] = wk * (float)c.routed_scaling_factor;
+      ws.expert_rows[(size_t)sl[k]].push_back(r);
+      ws.expert_w[(size_t)sl[k]].push_back(sw[(size_t)r * K + k]);
+    }
+  }
+  for (int i = 0; i < E; ++i) {
+    const std::vector<int>& rows = ws.expert_rows[(size_t)i];
+    const int n = (int)rows.size();
+    if (n == 0) continue;
+    float* xe = grow(ws.xe, (size_t)n * d);
+    for (int j = 0; j < n; ++j)
+      std::memcpy(xe + (size_t)j * d, x + (size_t)rows[(size_t)j] * d, sizeof(float) * (size_t)d);
+    float* ye = grow(ws.ye, (size_t)n * d);
+    run_expert(c, w.experts[(size_t)i], xe, n, ws.expert_w[(size_t)i].data(), ws, ye, 0.0f);
+    for (int j = 0; j < n; ++j) kc::axpy(1.0f, ye + (size_t)j * d, y + (size_t)rows[(size_t)j] * d, d);
+  }
+}
+
+// ============================================================================================
+// CSA2: compressor, indexer, sparse attention
+// ============================================================================================
+const rope_table& layer_rope(const engine& e, int l) {
+  return e.config().layers[(size_t)l].ratio > 0 ? e.compress_rope() : e.main_rope();
+}
+
+// Runs layer l's compressor over every non-replay segment's rows and appends the completed
+// groups' entries (main KV and index keys) to the sequence's KV source.
+void compressor_forward(const engine& e, int l, const float* x, int R, runner::workspace& ws) {
+  const model_config& c = e.config();
+  const attention_weights& a = e.block(l).attn;
+  const int d = (int)c.hidden_size, hd = c.head_dim, Di = c.index_head_dim;
+  const int ratio = c.layers[(size_t)l].ratio;
+  const int np = c.qk_rope_head_dim / 2;
+  float* kvc = grow(ws.ckv, (size_t)R * hd);
+  kc::gemm_nt(R, hd, d, x, a.compressor.wkv.data(), kvc);
+  float* gate = nullptr;
+  if (ratio > 1) {
+    gate = grow(ws.cgate, (size_t)R * hd);
+    kc::gemm_nt(R, hd, d, x, a.compressor.wgate.data(), gate);
+  }
+  float* cs = grow(ws.cos, (size_t)np);
+  float* sn = grow(ws.sin, (size_t)np);
+  for (const segment& s : ws.segs) {
+    if (s.replay) continue;
+    const int si = s.seq->source_of_layer(l);
+    kv_source_state& st = s.seq->source_mut(si);
+    // Completed groups of this segment -> latents [n_emit, hd] (pre-RoPE, normalised).
+    const int max_emit = (st.n_pending + s.n) / ratio;
+    float* lat = grow(ws.latent, (size_t)std::max(1, max_emit) * hd);
+    int n_emit = 0;
+    for (int i = 0; i < s.n; ++i) {
+      const float* kr = kvc + (size_t)(s.row0 + i) * hd;
+      if (ratio == 1) {
+        kc::rmsnorm(kr, a.compressor.norm.data(), hd, c.rms_norm_eps, lat + (size_t)n_emit * hd);
+        ++n_emit;
+        continue;
+      }
+      const float* gr = gate + (size_t)(s.row0 + i) * hd;
+      if (st.n_pending < ratio - 1) {
+        std::memcpy(st.pending_kv.data() + (size_t)st.n_pending * hd, kr, sizeof(float) * (size_t)hd);
+        std::memcpy(st.pending_gate.data() + (size_t)st.n_pending * hd, gr, sizeof(float) * (size_t)hd);
+        ++st.n_pending;
+        continue;
+      }
+      // The group completes with this row: per-channel softmax over the group's gates.
+      float* out = lat + (size_t)n_emit * hd;
+      for (int ch = 0; ch < hd; ++ch) {
+        float mx = gr[ch];
+        for (int j = 0; j < st.n_pending; ++j) mx = std::max(mx, st.pending_gate[(size_t)j * hd + ch]);
+        float den = std::exp(gr[ch] - mx), num = den * kr[ch];
+        for (int j = 0; j < st.n_pending; ++j) {
+          const float ew = std::exp(st.pending_gate[(size_t)j * hd + ch] - mx);
+          den += ew;
+          num += ew * st.pending_kv[(size_t)j * hd + ch];
+        }
+        out[ch] = num / den;
+      }
+      kc::rmsnorm(out, a.compressor.norm.data(), hd, c.rms_norm_eps, out);
+      st.n_pending = 0;
+      ++n_emit;
+    }
+    if (n_emit == 0) continue;
+    // Index keys from the un-rotated latents: k_norm(wk · latent).
+    float* keys = grow(ws.keys, (size_t)n_emit * Di);
+    kc::gemm_nt(n_emit, Di, hd, lat, a.indexer.wk.data(), keys);
+    for (int j = 0; j < n_emit; ++j) {
+      const int64_t gpos = (st.n_entries) * (int64_t)ratio;  // first token of the group
+      e.compress_rope().at(gpos, cs, sn);
+      float* k = keys + (size_t)j * Di;
+      kc::rmsnorm(k, a.indexer.k_norm.data(), Di, c.rms_norm_eps, k);
+      kc::rope_interleaved(k, Di, np, cs, sn, false);
+      float* m = lat + (size_t)j * hd;
+      kc::rope_interleaved(m, hd, np, cs, sn, false);
+      s.seq->append_entry(si, m, k);  // packs (FP4) and mirrors
+    }
+  }
+}
+
+// Top-k selection of one query row: `score` [n] (−inf = not allowed), ties -> lower index.
+int select_topk(const float* score, int n, int K, runner::workspace& ws, int32_t* out) {
+  int32_t* ord = grow(ws.order, (size_t)std::max(1, n));
+  int nv = 0;
+  for (int i = 0; i < n; ++i)
+    if (score[i] > k_neg_inf) ord[nv++] = i;
+  if (nv > K) {
+    std::nth_element(ord, ord + K, ord + nv, [&](int32_t a, int32_t b) {
+      return score[a] > score[b] || (score[a] == score[b] && a < b);
+    });
+    nv = K;
+  }
+  std::sort(ord, ord + nv);
+  std::memcpy(out, ord, sizeof(int32_t) * (size_t)nv);
+  return nv;
+}
+
+// Indexer of index-source layer l: top-k entry ids per row into ws.topk / ws.topk_n.
+void indexer_forward(const engine& e, int l, const float* x, const float* qr, int R,
+                     runner::workspace& ws, forward_trace* trace) {
+  const model_config& c = e.config();
+  const layer_info& li = c.layers[(size_t)l];
+  const indexer_weights& w = e.block(l).attn.indexer;
+  const int d = (int)c.hidden_size, Hi = c.index_n_heads, Di = c.index_head_dim;
+  const int K = c.index_topk, ratio = li.ratio, np = c.qk_rope_head_dim / 2;
+  float* qi = grow(ws.qi, (size_t)R * Hi * Di);
+  kc::gemm_nt(R, Hi * Di, c.q_lora_rank, qr, w.wq_b.data(), qi);
+  float* wt = grow(ws.wts, (size_t)R * Hi);
+  kc::gemm_nt(R, Hi, d, x, w.weights_proj.data(), wt);
+  const float wscale = 1.0f / std::sqrt((float)Hi), sscale = 1.0f / std::sqrt((float)Di);
+  float* cs = grow(ws.cos, (size_t)np);
+  float* sn = grow(ws.sin, (size_t)np);
+  for (int r = 0; r < R; ++r) {
+    e.compress_rope().at(ws.pos[(size_t)r], cs, sn);
+    const bool quant = ws.segs[(size_t)ws.seg_of[(size_t)r]].seq->storage() == kv_storage::packed;
+    for (int h = 0; h < Hi; ++h) {
+      float* qh = qi + ((size_t)r * Hi + h) * Di;
+      kc::rope_interleaved(qh, Di, np, cs, sn, false);
+      if (quant) kc::fp4_index_fake_quant(qh, Di);
+    }
+    for (int h = 0; h < Hi; ++h) wt[(size_t)r * Hi + h] *= wscale;
+  }
+  int32_t* topk = grow(ws.topk, (size_t)R * K);
+  int* topn = grow(ws.topk_n, (size_t)R);
+  const bool cand_src = li.candidate_source, cand_use = li.candidate_restricted;
+  const int bs = c.candidate_block_size;
+  std::vector<int32_t>* tr_topk = nullptr;
+  if (trace) {
+    tr_topk = &trace->topk[l];
+    tr_topk->assign((size_t)R * K, -1);
+  }
+  if (cand_src) {
+    // One row stride for the whole batch: the most blocks any segment has.
+    int mb = 1;
+    for (const segment& s : ws.segs)
+      mb = std::max(mb, (int)((s.seq->source(s.seq->source_of_layer(li.kv_source)).n_entries + bs - 1) / bs));
+    ws.cand_blocks = mb;
+    grow(ws.cand, (size_t)R * mb);
+  }
+  for (const segment& s : ws.segs) {
+    const kv_source_state& st = s.seq->source(s.seq->source_of_layer(li.kv_source));
+    const int ne = (int)st.n_entries;
+    const int nb = (ne + bs - 1) / bs;
+    if (cand_src) {
+      if (trace) {
+        trace->candidates_width = ne;
+        trace->candidates.assign((size_t)R * ne, 0);
+      }
+    }
+    // Rows in blocks so the [rows·Hi, ne] score block stays small.
+    const int rb = std::max(1, std::min(s.n, (int)(4000000 / std::max<int64_t>(1, (int64_t)Hi * ne))));
+    float* iscore = grow(ws.iscore, (size_t)std::max(1, ne));
+    for (int b0 = 0; b0 < s.n; b0 += rb) {
+      const int nrow = std::min(rb, s.n - b0);
+      float* sc = nullptr;
+      if (ne > 0) {
+        sc = grow(ws.sc, (size_t)nrow * Hi * ne);
+        kc::gemm_nt(nrow * Hi, ne, Di, qi + (size_t)(s.row0 + b0) * Hi * Di, st.index_f32.data(), sc);
+      }
+      for (int i = 0; i < nrow; ++i) {
+        const int r = s.row0 + b0 + i;
+        const int64_t p = ws.pos[(size_t)r];
+        const int vis = (int)std::min<int64_t>(ne, (p + 1) / ratio);
+        const float* wr = wt + (size_t)r * Hi;
+        for (int t = 0; t < ne; ++t) iscore[t] = k_neg_inf;
+        for (int t = 0; t < vis; ++t) iscore[t] = 0.0f;
+        for (int h = 0; h < Hi && vis > 0; ++h) {
+          const float* sh = sc + ((size_t)i * Hi + h) * ne;
+          const float wh = wr[h];
+          for (int t = 0; t < vis; ++t) iscore[t] += std::max(sh[t], 0.0f) * sscale * wh;
+        }
+        if (cand_src) {
+          uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
+          std::fill(cm, cm + ws.cand_blocks, 0);
+          // block score = max over its entries; the block of the newest visible entry pinned
+          float* bscore = grow(ws.tmp, (size_t)std::max(1, nb));
+          for (int bk = 0; bk < nb; ++bk) {
+            float m = k_neg_inf;
+            for (int t = bk * bs; t < std::min(ne, (bk + 1) * bs); ++t) m = std::max(m, iscore[t]);
+            bscore[bk] = m;
+          }
+          const int64_t last = (((p + 1) / ratio) - 1) >= 0 ? ((p + 1) / ratio - 1) / bs : -1;
+          if (last >= 0 && last < nb) bscore[last] = std::numeric_limits<float>::infinity();
+          const int nk = std::min(c.candidate_topk_blocks, nb);
+          int32_t* bsel = grow(ws.bsel, (size_t)std::max(1, nb));
+          const int got = select_topk(bscore, nb, nk, ws, bsel);
+          for (int j = 0; j < got; ++j) cm[bsel[j]] = 1;
+          if (trace)
+            for (int t = 0; t < ne; ++t) trace->candidates[(size_t)r * ne + t] = cm[t / bs];
+        } else if (cand_use) {
+          const uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
+          for (int t = 0; t < vis; ++t)
+            if (!cm[t / bs]) iscore[t] = k_neg_inf;
+        }
+        topn[r] = select_topk(iscore, ne, K, ws, topk + (size_t)r * K);
+        if (tr_topk)
+          std::memcpy(tr_topk->data() + (size_t)r * K, topk + (size_t)r * K, sizeof(int32_t) * (size_t)topn[r]);
+      }
+    }
+  }
+}
+
+
+// Attention of layer l over the current rows: y [R, d]. Writes the rows' SWA entries into
+// the layer's ring after every row of a segment has read the window it needs.
+void attention_forward(const engine& e, int l, const float* x, int R, runner::workspace& ws,
+                       float* y, forward_trace* trace) {
+  const model_config& c = e.config();
+  const layer_info& li = c.layers[(size_t)l];
+  const attention_weights& a = e.block(l).attn;
+  const int d = (int)c.hidden_size, hd = c.head_dim, H = c.num_attention_heads;
+  const int ql = c.q_lora_rank, G = c.o_groups, orank = c.o_lora_rank, W = c.sliding_window;
+  const int np = c.qk_rope_head_dim / 2, K = c.index_topk;
+  const rope_table& rope = layer_rope(e, l);
+
+  float* qr = grow(ws.qr, (size_t)R * ql);
+  kc::gemm_nt(R, ql, d, x, a.wq_a.data(), qr);
+  kc::rmsnorm_rows(qr, a.q_norm.data(), R, ql, c.rms_norm_eps, qr);
+  float* q = grow(ws.q, (size_t)R * H * hd);
+  kc::gemm_nt(R, H * hd, ql, qr, a.wq_b.data(), q);
+  float* kv = grow(ws.kv, (size_t)R * hd);
+  kc::gemm_nt(R, hd, d, x, a.wkv.data(), kv);
+  kc::rmsnorm_rows(kv, a.kv_norm.data(), R, hd, c.rms_norm_eps, kv);
+  float* cs = grow(ws.cos, (size_t)np);
+  float* sn = grow(ws.sin, (size_t)np);
+  for (int r = 0; r < R; ++r) {
+    rope.at(ws.pos[(size_t)r], cs, sn);
+    for (int h = 0; h < H; ++h) kc::rope_interleaved(q + ((size_t)r * H + h) * hd, hd, np, cs, sn, false);
+    kc::rope_interleaved(kv + (size_t)r * hd, hd, np, cs, sn, false);
+    if (ws.segs[(size_t)ws.seg_of[(size_t)r]].seq->storage() == kv_storage::packed)
+      kc::fp8_swa_fake_quant(kv + (size_t)r * hd, hd);
+  }
+  if (li.ratio > 0 && a.has_indexer) indexer_forward(e, l, x, qr, R, ws, trace);
+
+  const float scale = 1.0f / std::sqrt((float)hd);
+  float* o = grow(ws.o, (size_t)R * H * hd);
+  // Window keys of every segment in one buffer: [ring rows before pos0; this call's rows].
+  const int S = (int)ws.segs.size();
+  grow(ws.seg_prior_lo, (size_t)S);
+  grow(ws.seg_kv_off, (size_t)S);
+  size_t total = 0;
+  for (int si = 0; si < S; ++si) {
+    const segment& s = ws.segs[(size_t)si];
+    const int64_t prior_lo = std::max<int64_t>({s.seq->ring(l).first_pos, s.pos0 - W + 1, 0});
+    ws.seg_prior_lo[(size_t)si] = prior_lo;
+    ws.seg_kv_off[(size_t)si] = total;
+    total += (size_t)(s.pos0 - prior_lo + s.n);
+  }
+  float* kvall = grow(ws.kvbuf, std::max<size_t>(1, total) * hd);
+  for (int si = 0; si < S; ++si) {
+    const segment& s = ws.segs[(size_t)si];
+    const int64_t prior_lo = ws.seg_prior_lo[(size_t)si];
+    const int n_prior = (int)(s.pos0 - prior_lo);
+    float* kvb = kvall + ws.seg_kv_off[(size_t)si] * hd;
+    for (int j = 0; j < n_prior; ++j) s.seq->swa_entry(l, prior_lo + j, kvb + (size_t)j * hd);
+    std::memcpy(kvb + (size_t)n_prior * hd, kv + (size_t)s.row0 * hd, sizeof(float) * (size_t)s.n * hd);
+  }
+  // Rows [r0, r1) on worker w (its own scratch); rows are independent.
+  auto rows = [&](int r0, int r1, int w) {
+    std::vector<float>& kc_buf = ws.kc_w[w];
+    std::vector<float>& lg_buf = ws.logit_w[w];
+    for (int r = r0; r < r1; ++r) {
+      const int si = ws.seg_of[(size_t)r];
+      const segment& s = ws.segs[(size_t)si];
+      const int64_t prior_lo = ws.seg_prior_lo[(size_t)si];
+      const float* kvb = kvall + ws.seg_kv_off[(size_t)si] * hd;
+      const kv_source_state* src =
+          li.ratio > 0 ? &s.seq->source(s.seq->source_of_layer(li.kv_source)) : nullptr;
+      const int64_t p = ws.pos[(size_t)r];
+      const int64_t lo = std::max<int64_t>(prior_lo, p - W + 1);
+      const int nw = (int)(p - lo + 1);
+      const float* kw = kvb + (size_t)(lo - prior_lo) * hd;
+      const int nc = src ? ws.topk_n[(size_t)r] : 0;
+      float* kcm = grow(kc_buf, (size_t)std::max(1, nc) * hd);
+      for (int j = 0; j < nc; ++j)
+        std::memcpy(kcm + (size_t)j * hd, src->main_f32.data() + (size_t)ws.topk[(size_t)r * K + j] * hd,
+                    sizeof(float) * (size_t)hd);
+      const int ld = nw + nc;
+      float* lg = grow(lg_buf, (size_t)H * ld);
+      const float* qrow = q + (size_t)r * H * hd;
+      kc::gemm_nt_ld(H, nw, hd, qrow, hd, kw, hd, lg, ld, scale, 0.0f);
+      if (nc > 0) kc::gemm_nt_ld(H, nc, hd, qrow, hd, kcm, hd, lg + nw, ld, scale, 0.0f);
+      for (int h = 0; h < H; ++h) {
+        // softmax over [logits, sink]; the sink only enlarges the denominator
+        float* lh = lg + (size_t)h * ld;
+        const float sink = a.attn_sink[(size_t)h];
+        float mx = sink;
+        for (int t = 0; t < ld; ++t) mx = std::max(mx, lh[t]);
+        float den = std::exp(sink - mx);
+        for (int t = 0; t < ld; ++t) {
+          lh[t] = std::exp(lh[t] - mx);
+          den += lh[t];
+        }
+        const float inv = 1.0f / den;
+        for (int t = 0; t < ld; ++t) lh[t] *= inv;
+      }
+      float* orow = o + (size_t)r * H * hd;
+      kc::gemm_nn_ld(H, hd, nw, lg, ld, kw, hd, orow, hd, 1.0f, 0.0f);
+      if (nc > 0) kc::gemm_nn_ld(H, hd, nc, lg + nw, ld, kcm, hd, orow, hd, 1.0f, 1.0f);
+    }
+  };
+  // Both cores: split the rows in two when each row's GEMMs are small enough that OpenBLAS
+  // runs them on the calling thread (below its 2^18 multiply-add threading threshold);
+  // larger rows are threaded inside OpenBLAS instead.
+  if (R >= 2 && (int64_t)H * (W + K) * hd < (1 << 18)) {
+    using rows_t = decltype(rows);
+    ws.helper.post([](void* f, int r0, int r1) { (*static_cast<rows_t*>(f))(r0, r1, 1); }, &rows, R / 2, R);
+    rows(0, R / 2, 0);
+    ws.helper.wait();
+  } else {
+    rows(0, R, 0);
+  }
+  for (const segment& s : ws.segs)
+    for (int i = std::max(0, s.n - W); i < s.n; ++i)
+      s.seq->swa_write(l, s.pos0 + i, kv + (size_t)(s.row0 + i) * hd);
+  // K = V carried RoPE: remove the query position's rotation, then the grouped projection.
+  for (int r = 0; r < R; ++r) {
+    rope.at(ws.pos[(size_t)r], cs, sn);
+    for (int h = 0; h < H; ++h) kc::rope_interleaved(o + ((size_t)r * H + h) * hd, hd, np, cs, sn, true);
+  }
+  const int gin = H * hd / G;
+  float* oa = grow(ws.oa, (size_t)R * G * orank);
+  for (int g = 0; g < G; ++g)
+    kc::gemm_nt_ld(R, orank, gin, o + (size_t)g * gin, H * hd, a.wo_a.data() + (size_t)g * orank * gin, gin,
+                   oa + (size_t)g * orank, G * orank, 1.0f, 0.0f);
+  kc::gemm_nt(R, d, G * orank, oa, a.wo_b.data(), y);
+}
+
+// Keeps only each CED segment's last sliding_window rows (the decoder tail), compacting every
+// per-row buffer still needed, and starts those sequences' decoder rings afresh at the tail.
+int ced_cut(const engine& e, int R, runner::workspace& ws) {
+  const model_config& c = e.config();
+  const int W = c.sliding_window, hc = c.hc_mult, d = (int)c.hidden_size;
+  std::vector<int>& keep = ws.keep;
+  keep.clear();
+  int row = 0;
+  for (segment& s : ws.segs) {
+    int k0 = 0;
+    if (s.ced_cut && s.n > W) {
+      k0 = s.n - W;
+      for (int l = c.first_decoder_layer; l < c.num_hidden_layers; ++l)
+        s.seq->set_ring_first_pos(l, s.pos0 + k0);
+    }
+    for (int i = k0; i < s.n; ++i) keep.push_back(s.row0 + i);
+    s.pos0 += k0;
+    s.n -= k0;
+    s.row0 = row;
+    row += s.n;
+  }
+  if (row == R) return R;
+  const int nl = e.engram().n_layers, ncol = e.engram().n_cols();
+  auto compact = [&](auto* base, size_t width) {
+    for (int j = 0; j < (int)keep.size(); ++j)
+      if (keep[(size_t)j] != j)
+        std::memmove(base + (size_t)j * width, base + (size_t)keep[(size_t)j] * width, sizeof(*base) * width);
+  };
+  compact(ws.X.data(), (size_t)hc * d);
+  compact(ws.apre.data(), (size_t)hc);
+  compact(ws.post.data(), (size_t)hc);
+  compact(ws.comb.data(), (size_t)hc * hc);
+  compact(ws.x.data(), (size_t)d);
+  compact(ws.tok.data(), 1);
+  compact(ws.pos.data(), 1);
+  compact(ws.seg_of.data(), 1);
+  if (nl > 0) compact(ws.hash.data(), (size_t)nl * ncol);
+  return row;
+}
+
+// One backbone block over the current rows. Returns the row count (CED may shrink it).
+int block_forward(const engine& e, int l, int R, bool ced, runner::workspace& ws, forward_trace* trace) {
+  const model_config& c = e.config();
+  const block_weights& b = e.block(l);
+  const layer_info& li = c.layers[(size_t)l];
+  const int hc = c.hc_mult, d = (int)c.hidden_size;
+  float* X = ws.X.data();
+  if (li.engram) {
+    int eli = 0;
+    while (c.engram_layer_ids[(size_t)eli] != l) ++eli;
+    engram_apply(e, l, eli, X, R, ws);
+  }
+  // --- attention site ---
+  hc_mixes(c, X, R, b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, ws, grow(ws.apre, (size_t)R * hc),
+           grow(ws.post, (size_t)R * hc), grow(ws.comb, (size_t)R * hc * hc));
+  float* x = grow(ws.x, (size_t)R * d);
+  hc_collapse(X, ws.pre.data(), R, hc, d, x);
+  kc::rmsnorm_rows(x, b.attn_norm.data(), R, d, c.rms_norm_eps, x);
+  if (b.attn.has_compressor) compressor_forward(e, l, x, R, ws);
+  if (ced && l == c.first_decoder_layer) {
+    R = ced_cut(e, R, ws);
+    X = ws.X.data();
+    x = ws.x.data();
+  }
+  float* y = grow(ws.y, (size_t)R * d);
+  attention_forward(e, l, x, R, ws, y, trace);
+  hc_expand(X, y, ws.post.data(), ws.comb.data(), R, hc, d, ws.tmp);
+  // --- FFN site: collapse with the attention site's pre; its own pre goes to the next block ---
+  hc_mixes(c, X, R, b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, ws, grow(ws.pre, (size_t)R * hc),
+           ws.post.data(), ws.comb.data());
+  hc_collapse(X, ws.apre.data(), R, hc, d, x);
+  kc::rmsnorm_rows(x, b.ffn_norm.data(), R, d, c.rms_norm_eps, x);
+  moe_forward(e, l, x, R, ws, y);
+  hc_expand(X, y, ws.post.data(), ws.comb.data(), R, hc, d, ws.tmp);
+  return R;
+}
+
+// Runs ws.segs (rows' tokens in ws.tok) through the model; logits of the output rows (every
+// row that reached the head when all_logits, else each segment's last row) into `logits`.
+void run_rows(const engine& e, runner::workspace& ws, bool ced, bool all_logits, forward_trace* trace,
+              std::vector<float>& logits) {
+  const model_config& c = e.config();
+  const int hc = c.hc_mult, d = (int)c.hidden_size;
+  int R = 0;
+  for (const segment& s : ws.segs) R += s.n;
+  grow(ws.pos, (size_t)R);
+  grow(ws.seg_of, (size_t)R);
+  for (size_t si = 0; si < ws.segs.size(); ++si) {
+    const segment& s = ws.segs[si];
+    for (int i = 0; i < s.n; ++i) {
+      ws.pos[(size_t)(s.row0 + i)] = s.pos0 + i;
+      ws.seg_of[(size_t)(s.row0 + i)] = (int)si;
+    }
+  }
+  float* X = grow(ws.X, (size_t)R * hc * d);
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < hc; ++k)
+      std::memcpy(X + ((size_t)r * hc + k) * d, e.embed().data() + (size_t)ws.tok[(size_t)r] * d,
+                  sizeof(float) * (size_t)d);
+  float* pre = grow(ws.pre, (size_t)R * hc);
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < hc; ++k) pre[r * hc + k] = k == 0 ? 1.0f : 0.0f;
+  engram_hash_rows(e, ws);
+  ws.cand_blocks = 0;
+  const bool trace_layers = trace && !ced;
+  if (trace_layers) trace->layer_out.assign((size_t)c.num_hidden_layers * R * hc * d, 0.0f);
+  const int R0 = R;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    R = block_forward(e, l, R, ced, ws, trace);
+    if (trace_layers && R == R0)
+      std::memcpy(trace->layer_out.data() + (size_t)l * R * hc * d, ws.X.data(), sizeof(float) * (size_t)R * hc * d);
+  }
+  std::vector<int>& rows = ws.out_rows;
+  rows.clear();
+  for (const segment& s : ws.segs) {
+    if (all_logits)
+      for (int i = 0; i < s.n; ++i) rows.push_back(s.row0 + i);
+    else
+      rows.push_back(s.row0 + s.n - 1);
+  }
+  const int n_out = (int)rows.size();
+  float* hin = grow(ws.head_in, (size_t)n_out * d);
+  for (int j = 0; j < n_out; ++j) {
+    const int r = rows[(size_t)j];
+    hc_collapse(ws.X.data() + (size_t)r * hc * d, ws.pre.data() + (size_t)r * hc, 1, hc, d, hin + (size_t)j * d);
+  }
+  kc::rmsnorm_rows(hin, e.norm().data(), n_out, d, c.rms_norm_eps, hin);
+  logits.resize((size_t)n_out * c.vocab_size);
+  kc::gemm_nt(n_out, (int)c.vocab_size, d, hin, e.head().data(), logits.data());
+}
+
+status check_tokens(const model_config& c, std::span<const int32_t> t) {
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i] < 0 || t[i] >= c.vocab_size)
+      return make_error(errc::invalid_argument, "token " + std::to_string(i) + " has id " + std::to_string(t[i]) +
+                                                    ", outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  return {};
+}
+
+status check_sequence(const model_config& c, const sequence& s) {
+  const model_config& sc = s.config();
+  if (sc.num_hidden_layers != c.num_hidden_layers || sc.head_dim != c.head_dim ||
+      sc.hidden_size != c.hidden_size || sc.sliding_window != c.sliding_window ||
+      sc.kv_source_layer_ids != c.kv_source_layer_ids || sc.index_head_dim != c.index_head_dim)
+    return make_error(errc::mismatch, "sequence was created for a different model config");
+  return {};
+}
+
+void commit(const engine& e, sequence& s, const int32_t* t, int n, std::vector<int64_t>& comp) {
+  const std::vector<int64_t>& tm = e.engram_token_map();
+  comp.resize((size_t)n);
+  for (int i = 0; i < n; ++i) comp[(size_t)i] = tm.empty() ? 0 : tm[(size_t)t[i]];
+  s.append_tokens(t, n, comp.data());
+}
+
+}  // namespace
+
+// ============================================================================================
+// Public API
+// ============================================================================================
+result<logits_rows> runner::prefill(sequence& seq, std::span<const int32_t> tokens,
+                                    const prefill_options& opt) {
+  const model_config& c = e_.config();
+  CEDAR_TRY(check_sequence(c, seq));
+  if (tokens.empty()) return make_error(errc::invalid_argument, "prefill: no tokens");
+  CEDAR_TRY(check_tokens(c, tokens));
+  if (seq.n_tokens() + (int64_t)tokens.size() > c.max_position_embeddings)
+    return make_error(errc::invalid_argument, "prefill: " + std::to_string(seq.n_tokens() + (int64_t)tokens.size()) +
+                                                  " positions exceed max_position_embeddings = " +
+                                                  std::to_string(c.max_position_embeddings));
+  workspace& ws = *ws_;
+  const bool ced = opt.mode == prefill_mode::ced;
+  const int T = (int)tokens.size();
+  ws.segs.assign(1, segment{&seq, 0, T, seq.n_tokens(), false, ced});
+  ws.tok.assign(tokens.begin(), tokens.end());
+  logits_rows out;
+  run_rows(e_, ws, ced, opt.all_logits, opt.trace, out.values);
+  const segment& s = ws.segs[0];
+  out.n_rows = opt.all_logits ? s.n : 1;
+  out.first_pos = opt.all_logits ? s.pos0 : s.pos0 + s.n - 1;
+  commit(e_, seq, tokens.data(), T, ws.comp);
+  return out;
+}
+
+status runner::decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
+                           std::vector<float>& logits) {
+  const model_config& c = e_.config();
+  if (seqs.empty() || seqs.size() != tokens.size())
+    return make_error(errc::invalid_argument, "decode_step: need one token per sequence (got " +
+                                                  std::to_string(seqs.size()) + " sequences, " +
+                                                  std::to_string(tokens.size()) + " tokens)");
+  CEDAR_TRY(check_tokens(c, tokens));
+  workspace& ws = *ws_;
+  ws.segs.clear();
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i]) return make_error(errc::invalid_argument, "decode_step: null sequence");
+    CEDAR_TRY(check_sequence(c, *seqs[i]));
+    if (seqs[i]->n_tokens() + 1 > c.max_position_embeddings)
+      return make_error(errc::invalid_argument, "decode_step: sequence " + std::to_string(i) +
+                                                    " is at max_position_embeddings");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i])
+        return make_error(errc::invalid_argument, "decode_step: a sequence appears twice in the batch");
+    ws.segs.push_back(segment{seqs[i], (int)i, 1, seqs[i]->n_tokens(), false, false});
+  }
+  ws.tok.assign(tokens.begin(), tokens.end());
+  run_rows(e_, ws, false, false, nullptr, logits);
+  for (size_t i = 0; i < seqs.size(); ++i) commit(e_, *seqs[i], &tokens[i], 1, ws.comp);
+  return {};
+}
+
+result<logits_rows> runner::replay(sequence& seq, int n) {
+  const model_config& c = e_.config();
+  CEDAR_TRY(check_sequence(c, seq));
+  const int64_t N = seq.n_tokens();
+  if (n <= 0 || n > N)
+    return make_error(errc::invalid_argument, "replay: n = " + std::to_string(n) + " must be in [1, " +
+                                                  std::to_string(N) + "] (the sequence's tokens)");
+  int64_t start = N - n;
+  int64_t align = 1;
+  for (int i = 0; i < seq.n_sources(); ++i) align = std::lcm(align, (int64_t)seq.source(i).ratio);
+  start -= start % align;
+  for (int l = 0; l < c.num_hidden_layers; ++l) seq.set_ring_first_pos(l, start);
+  workspace& ws = *ws_;
+  ws.segs.assign(1, segment{&seq, 0, (int)(N - start), start, true, false});
+  ws.tok.assign(seq.tokens().begin() + start, seq.tokens().end());
+  logits_rows out;
+  run_rows(e_, ws, false, false, nullptr, out.values);
+  out.n_rows = 1;
+  out.first_pos = N - 1;
+  return out;
+}
+
+}  // namespace cedar::model

@@ -1,0 +1,176 @@
+// sequence — see sequence.hpp.
+#include "model/sequence.hpp"
+
+#include <cstring>
+
+#include "kernels/cpu/quant.hpp"
+
+namespace cedar::model {
+
+namespace kq = cedar::kernels;
+
+sequence::sequence(const model_config& c, kv_storage storage) : cfg_(c), storage_(storage) {
+  const bool packed = storage == kv_storage::packed;
+  swa_bytes_ = packed ? kq::fp8_swa_bytes(c.head_dim) : sizeof(float) * (size_t)c.head_dim;
+  main_bytes_ = packed ? kq::fp4_kv_bytes(c.head_dim) : sizeof(float) * (size_t)c.head_dim;
+  index_bytes_ = packed ? kq::fp4_index_bytes(c.index_head_dim) : sizeof(float) * (size_t)c.index_head_dim;
+  rings_.resize((size_t)c.num_hidden_layers);
+  for (swa_ring& r : rings_) r.bytes.assign((size_t)c.sliding_window * swa_bytes_, 0);
+  source_of_layer_.assign((size_t)c.num_hidden_layers, -1);
+  for (int l : c.kv_source_layer_ids) {
+    if (l < 0 || l >= c.num_hidden_layers) continue;
+    kv_source_state s;
+    s.layer = l;
+    s.ratio = std::max(1, c.compress_ratios[(size_t)l]);
+    s.pending_kv.assign((size_t)(s.ratio - 1) * c.head_dim, 0.0f);
+    s.pending_gate.assign((size_t)(s.ratio - 1) * c.head_dim, 0.0f);
+    source_of_layer_[(size_t)l] = (int)sources_.size();
+    sources_.push_back(std::move(s));
+  }
+}
+
+int sequence::source_of_layer(int layer) const {
+  if (layer < 0 || layer >= (int)source_of_layer_.size()) return -1;
+  return source_of_layer_[(size_t)layer];
+}
+
+bool sequence::swa_valid(int layer, int64_t pos) const {
+  const swa_ring& r = rings_[(size_t)layer];
+  return pos >= r.first_pos && pos >= n_tokens() - cfg_.sliding_window && pos < n_tokens();
+}
+
+void sequence::swa_entry(int layer, int64_t pos, float* out) const {
+  const uint8_t* p = rings_[(size_t)layer].bytes.data() + (size_t)(pos % cfg_.sliding_window) * swa_bytes_;
+  if (storage_ == kv_storage::packed)
+    kq::fp8_swa_unpack(p, cfg_.head_dim, out);
+  else
+    std::memcpy(out, p, swa_bytes_);
+}
+
+void sequence::swa_write(int layer, int64_t pos, const float* kv) {
+  uint8_t* p = rings_[(size_t)layer].bytes.data() + (size_t)(pos % cfg_.sliding_window) * swa_bytes_;
+  if (storage_ == kv_storage::packed)
+    kq::fp8_swa_pack(kv, cfg_.head_dim, p);
+  else
+    std::memcpy(p, kv, swa_bytes_);
+}
+
+void sequence::append_entry(int i, const float* main, const float* key) {
+  kv_source_state& s = sources_[(size_t)i];
+  const int hd = cfg_.head_dim, di = cfg_.index_head_dim;
+  const size_t m0 = s.main.size(), k0 = s.index.size();
+  s.main.resize(m0 + main_bytes_);
+  s.index.resize(k0 + index_bytes_);
+  const size_t f0 = s.main_f32.size(), g0 = s.index_f32.size();
+  s.main_f32.resize(f0 + (size_t)hd);
+  s.index_f32.resize(g0 + (size_t)di);
+  if (storage_ == kv_storage::packed) {
+    kq::fp4_kv_pack(main, hd, s.main.data() + m0);
+    kq::fp4_kv_unpack(s.main.data() + m0, hd, s.main_f32.data() + f0);
+    kq::fp4_index_pack(key, di, s.index.data() + k0);
+    kq::fp4_index_unpack(s.index.data() + k0, di, s.index_f32.data() + g0);
+  } else {
+    std::memcpy(s.main.data() + m0, main, main_bytes_);
+    std::memcpy(s.main_f32.data() + f0, main, main_bytes_);
+    std::memcpy(s.index.data() + k0, key, index_bytes_);
+    std::memcpy(s.index_f32.data() + g0, key, index_bytes_);
+  }
+  ++s.n_entries;
+}
+
+void sequence::append_tokens(const int32_t* t, int n, const int64_t* compressed) {
+  tokens_.insert(tokens_.end(), t, t + n);
+  const size_t keep = (size_t)std::max(0, cfg_.engram_max_ngram_size - 1);
+  if (keep == 0 || cfg_.engram_layer_ids.empty()) return;
+  ngram_history_.insert(ngram_history_.end(), compressed, compressed + n);
+  if (ngram_history_.size() > keep)
+    ngram_history_.erase(ngram_history_.begin(), ngram_history_.end() - (std::ptrdiff_t)keep);
+}
+
+sequence_snapshot sequence::snapshot() const {
+  sequence_snapshot s;
+  s.tokens = tokens_;
+  s.ngram_history = ngram_history_;
+  for (const kv_source_state& k : sources_) {
+    sequence_snapshot::source o;
+    o.main = k.main;
+    o.index = k.index;
+    o.n_pending = k.n_pending;
+    o.pending_kv.assign(k.pending_kv.begin(), k.pending_kv.begin() + (std::ptrdiff_t)k.n_pending * cfg_.head_dim);
+    o.pending_gate.assign(k.pending_gate.begin(), k.pending_gate.begin() + (std::ptrdiff_t)k.n_pending * cfg_.head_dim);
+    s.sources.push_back(std::move(o));
+  }
+  return s;
+}
+
+void sequence::clear() {
+  tokens_.clear();
+  ngram_history_.clear();
+  for (swa_ring& r : rings_) r.first_pos = 0;
+  for (kv_source_state& k : sources_) {
+    k.n_entries = 0;
+    k.main.clear(); k.index.clear(); k.main_f32.clear(); k.index_f32.clear();
+    k.n_pending = 0;
+  }
+}
+
+status sequence::restore(const sequence_snapshot& s) {
+  if (s.sources.size() != sources_.size())
+    return make_error(errc::mismatch, "sequence restore: " + std::to_string(s.sources.size()) +
+                                          " KV sources given, the model has " + std::to_string(sources_.size()));
+  const int64_t n = (int64_t)s.tokens.size();
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const kv_source_state& k = sources_[i];
+    const sequence_snapshot::source& o = s.sources[i];
+    const std::string who = "sequence restore: KV source layer " + std::to_string(k.layer);
+    const int64_t entries = n / k.ratio;
+    if (o.main.size() != (size_t)entries * main_bytes_)
+      return make_error(errc::mismatch, who + ": main KV has " + std::to_string(o.main.size()) +
+                                            " bytes, expected " + std::to_string((size_t)entries * main_bytes_) +
+                                            " for " + std::to_string(n) + " tokens");
+    if (o.index.size() != (size_t)entries * index_bytes_)
+      return make_error(errc::mismatch, who + ": index keys have " + std::to_string(o.index.size()) +
+                                            " bytes, expected " + std::to_string((size_t)entries * index_bytes_));
+    if (o.n_pending != n % k.ratio ||
+        o.pending_kv.size() != (size_t)o.n_pending * cfg_.head_dim ||
+        o.pending_gate.size() != (size_t)o.n_pending * cfg_.head_dim)
+      return make_error(errc::mismatch, who + ": pending group must hold " + std::to_string(n % k.ratio) +
+                                            " rows of " + std::to_string(cfg_.head_dim) + " kv and gate values");
+  }
+  const size_t keep = cfg_.engram_layer_ids.empty() ? 0 : (size_t)std::max(0, cfg_.engram_max_ngram_size - 1);
+  if (s.ngram_history.size() != std::min<size_t>(keep, (size_t)n))
+    return make_error(errc::mismatch, "sequence restore: n-gram history must hold " +
+                                          std::to_string(std::min<size_t>(keep, (size_t)n)) + " ids, got " +
+                                          std::to_string(s.ngram_history.size()));
+  for (int32_t t : s.tokens)
+    if (t < 0 || t >= cfg_.vocab_size)
+      return make_error(errc::invalid_argument, "sequence restore: token id " + std::to_string(t) + " out of range");
+  tokens_ = s.tokens;
+  ngram_history_ = s.ngram_history;
+  for (swa_ring& r : rings_) r.first_pos = n;  // empty: replay rebuilds them
+  const int hd = cfg_.head_dim, di = cfg_.index_head_dim;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    kv_source_state& k = sources_[i];
+    const sequence_snapshot::source& o = s.sources[i];
+    k.main = o.main;
+    k.index = o.index;
+    k.n_entries = n / k.ratio;
+    k.main_f32.resize((size_t)k.n_entries * hd);
+    k.index_f32.resize((size_t)k.n_entries * di);
+    for (int64_t e = 0; e < k.n_entries; ++e) {
+      if (storage_ == kv_storage::packed) {
+        kq::fp4_kv_unpack(k.main.data() + (size_t)e * main_bytes_, hd, k.main_f32.data() + (size_t)e * hd);
+        kq::fp4_index_unpack(k.index.data() + (size_t)e * index_bytes_, di, k.index_f32.data() + (size_t)e * di);
+      } else {
+        std::memcpy(k.main_f32.data() + (size_t)e * hd, k.main.data() + (size_t)e * main_bytes_, main_bytes_);
+        std::memcpy(k.index_f32.data() + (size_t)e * di, k.index.data() + (size_t)e * index_bytes_, index_bytes_);
+      }
+    }
+    k.n_pending = o.n_pending;
+    std::copy(o.pending_kv.begin(), o.pending_kv.end(), k.pending_kv.begin());
+    std::copy(o.pending_gate.begin(), o.pending_gate.end(), k.pending_gate.begin());
+  }
+  return {};
+}
+
+}  // namespace cedar::model

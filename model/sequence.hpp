@@ -1,0 +1,118 @@
+// sequence — one mutable timeline of the executor (ARCHITECTURE "Ownership"; MODEL_SPEC §1
+// "What is cached").
+//
+// Owns, for one conversation:
+//   * the token ids fed so far (positions 0..n_tokens−1);
+//   * per backbone layer an SWA ring of sliding_window slots (slot = pos % W), FP8 packed
+//     (fp8_swa layout, 528 B at head_dim 512), plus the first position whose entry is valid
+//     (bounded replay starts a ring afresh: entries before it are never read);
+//   * per KV source (config.kv_source_layer_ids order) the global KV as two contiguous,
+//     growable byte arrays — main entries (fp4_kv, 288 B) and index keys (fp4_index, 68 B) —
+//     exactly what the session store persists; the ratio>1 pending partial group (kv and gate
+//     rows, fp32); and fp32 mirrors of both arrays (derived, rebuilt on restore, never saved);
+//   * the Engram n-gram history: compressed ids of the last max_ngram−1 tokens.
+// Does not own: weights (engine), scratch (runner). Not thread-safe: exactly one owner.
+//
+// Invariants:
+//   1. every KV source holds n_tokens / ratio entries and n_tokens % ratio pending rows;
+//   2. ring entries of layer l are valid for positions [max(ring_first_pos, n_tokens−W), n);
+//   3. the packed arrays and their mirrors agree: mirror = unpack(bytes);
+//   4. storage is `packed` except in the test-only diagnostic `f32_diagnostic`, where every
+//      entry is raw fp32 (no quantisation anywhere) to compare with the fixture's noquant run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/base/result.hpp"
+#include "model/config.hpp"
+
+namespace cedar::model {
+
+enum class kv_storage {
+  packed,          // FP8 SWA, FP4 global KV and index keys; FP4 indexer queries (the model)
+  f32_diagnostic,  // diagnostic only: nothing quantised (the fixture's noquant run)
+};
+
+struct kv_source_state {
+  int layer = -1;                  // the KV source layer
+  int ratio = 1;
+  int64_t n_entries = 0;
+  std::vector<uint8_t> main;       // [n_entries, main_entry_bytes]
+  std::vector<uint8_t> index;      // [n_entries, index_entry_bytes]
+  int n_pending = 0;               // tokens of the current partial group (< ratio)
+  std::vector<float> pending_kv;   // [ratio−1, head_dim] fp32 (first n_pending rows valid)
+  std::vector<float> pending_gate; // [ratio−1, head_dim] fp32
+  std::vector<float> main_f32;     // mirror [n_entries, head_dim]
+  std::vector<float> index_f32;    // mirror [n_entries, index_head_dim]
+};
+
+struct swa_ring {
+  std::vector<uint8_t> bytes;      // [W, swa_entry_bytes]
+  int64_t first_pos = 0;           // entries before this position are not valid
+};
+
+// What the session store saves for a sequence (everything but the SWA rings).
+struct sequence_snapshot {
+  std::vector<int32_t> tokens;
+  struct source {
+    std::vector<uint8_t> main, index;
+    int n_pending = 0;
+    std::vector<float> pending_kv, pending_gate;  // [n_pending, head_dim] each
+  };
+  std::vector<source> sources;          // config.kv_source_layer_ids order
+  std::vector<int64_t> ngram_history;   // compressed ids, oldest first
+};
+
+class sequence {
+ public:
+  explicit sequence(const model_config& c, kv_storage storage = kv_storage::packed);
+
+  const model_config& config() const { return cfg_; }
+  kv_storage storage() const { return storage_; }
+  int64_t n_tokens() const { return (int64_t)tokens_.size(); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+
+  size_t swa_entry_bytes() const { return swa_bytes_; }
+  size_t main_entry_bytes() const { return main_bytes_; }
+  size_t index_entry_bytes() const { return index_bytes_; }
+
+  int n_sources() const { return (int)sources_.size(); }
+  const kv_source_state& source(int i) const { return sources_[(size_t)i]; }
+  int source_of_layer(int layer) const;  // index into sources, -1 if not a KV source
+  const swa_ring& ring(int layer) const { return rings_[(size_t)layer]; }
+  const std::vector<int64_t>& ngram_history() const { return ngram_history_; }
+
+  // Unpacked SWA entry of `layer` at absolute position `pos` (must be valid) -> out[head_dim].
+  void swa_entry(int layer, int64_t pos, float* out) const;
+  bool swa_valid(int layer, int64_t pos) const;
+
+  sequence_snapshot snapshot() const;
+  // Restores everything but the SWA rings (which come back empty: run runner::replay).
+  // Checks sizes against the config and the token count (errors name the source and field).
+  status restore(const sequence_snapshot& s);
+  void clear();
+
+  // ---- used by the forward pass (forward.cpp) -------------------------------------------
+  kv_source_state& source_mut(int i) { return sources_[(size_t)i]; }
+  swa_ring& ring_mut(int layer) { return rings_[(size_t)layer]; }
+  void swa_write(int layer, int64_t pos, const float* kv);  // packs kv[head_dim] into its slot
+  // Appends one compressed entry (main [head_dim], key [index_head_dim], both fp32 after
+  // RoPE) to source i: packs them and appends the unpacked values to the mirrors.
+  void append_entry(int i, const float* main, const float* key);
+  void append_tokens(const int32_t* t, int n, const int64_t* compressed);  // + n-gram history
+  void set_ring_first_pos(int layer, int64_t pos) { rings_[(size_t)layer].first_pos = pos; }
+
+ private:
+  model_config cfg_;
+  kv_storage storage_;
+  size_t swa_bytes_ = 0, main_bytes_ = 0, index_bytes_ = 0;
+  std::vector<int32_t> tokens_;
+  std::vector<swa_ring> rings_;
+  std::vector<kv_source_state> sources_;
+  std::vector<int> source_of_layer_;
+  std::vector<int64_t> ngram_history_;
+};
+
+}  // namespace cedar::model

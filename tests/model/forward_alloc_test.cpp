@@ -1,0 +1,58 @@
+// Decode allocates nothing per token once warm: the runner's scratch is reused; only the
+// sequences' own growable arrays (tokens, KV bytes and mirrors) grow, geometrically. Counts
+// global operator new calls (this file replaces the global allocation functions of test_model
+// with counting wrappers around malloc/free; behaviour is otherwise unchanged).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/engine.hpp"
+#include "model/forward.hpp"
+
+namespace {
+std::atomic<long> g_allocs{0};
+}
+
+void* operator new(std::size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace cm = cedar::model;
+
+TEST(forward_alloc, warm_decode_does_not_allocate_per_token) {
+  const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/tests/fixtures/deepseek-v41-tiny-A";
+  auto c = cm::load_model_config(dir + "/config.json");
+  ASSERT_TRUE(c.ok());
+  cm::engine_options o;
+  o.engram_token_map = *cm::load_token_map_npy(dir + "/engram/token_map.npy");
+  auto e = cm::engine::load(*c, dir + "/model.safetensors", o);
+  ASSERT_TRUE(e.ok());
+  cm::runner rn(*e);
+  std::vector<cm::sequence> seqs(3, cm::sequence(*c));
+  std::vector<int32_t> prompt(100);
+  for (int i = 0; i < 100; ++i) prompt[(size_t)i] = (i * 37) % 512;
+  for (cm::sequence& s : seqs) ASSERT_TRUE(rn.prefill(s, prompt).ok());
+  std::vector<cm::sequence*> ptrs = {&seqs[0], &seqs[1], &seqs[2]};
+  std::vector<int32_t> toks = {5, 6, 7};
+  std::vector<float> logits;
+  ASSERT_TRUE(rn.decode_step(ptrs, toks, logits).ok());  // warm-up
+  int steps_with_allocs = 0;
+  const int n_steps = 64;
+  for (int step = 0; step < n_steps; ++step) {
+    const long before = g_allocs.load();
+    ASSERT_TRUE(rn.decode_step(ptrs, toks, logits).ok());
+    steps_with_allocs += g_allocs.load() != before;
+  }
+  // 100 -> 165 tokens: each sequence array doubles at most once or twice.
+  std::printf("decode steps that allocated: %d of %d\n", steps_with_allocs, n_steps);
+  EXPECT_LE(steps_with_allocs, 6);
+}
