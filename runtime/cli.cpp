@@ -7,6 +7,7 @@
 
 #include "kernels/base/log.hpp"
 #include "kernels/device.hpp"
+#include "runtime/cmd_agent.hpp"
 #include "runtime/cmd_mcp.hpp"
 #include "runtime/cmd_model.hpp"
 #include "runtime/cmd_sessions.hpp"
@@ -30,19 +31,7 @@ int cli_main(int argc, char** argv) {
   add_mcp_commands(app, &exit_code);
   add_sessions_commands(app, &exit_code);
 
-  // The README's main job. Until the default model ships it shows the official model's shape.
-  auto* demo = app.add_subcommand("demo", "run the default demo");
-  demo->callback([&exit_code] {
-    kernels::announce_device();
-    std::printf("cedar demo: the DeepSeek-V4.1-Flash architecture as cedar models it\n\n");
-    char* args[] = {(char*)"cedar", (char*)"model", (char*)"info",
-                    (char*)CEDAR_SOURCE_DIR "/config/deepseek-v41-flash.json"};
-    CLI::App sub{"demo"};
-    int code = 0;
-    add_model_commands(sub, &code);
-    sub.parse(4, args);
-    exit_code = code;
-  });
+  add_agent_commands(app, &exit_code);
 
   app.parse_complete_callback([&] {
     if (verbose) log_set_level(log_level::debug);

@@ -1,0 +1,304 @@
+// The public API (cedar.hpp) over the actors: one actor system per runtime; blocking calls
+// talk to the actors through scoped actors.
+#include <xxhash.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "kernels/base/log.hpp"
+#include "kernels/cpu/quant.hpp"
+#include "kernels/device.hpp"
+#include "model/config.hpp"
+#include "model/engine.hpp"
+#include "model/tokenizer.hpp"
+#include "runtime/actors.hpp"
+#include "runtime/builtin_tools.hpp"
+#include "runtime/cedar.hpp"
+#include "runtime/mcp_setup.hpp"
+
+namespace cedar {
+
+using namespace cedar::runtime;  // the internal namespace (actors, messages)
+namespace fs = std::filesystem;
+
+// ============================================================================================
+// model loading
+// ============================================================================================
+namespace {
+
+// The model hash that pages are stamped with: config.json, the safetensors header and the
+// checkpoint's size (weights differ -> header offsets or size differ in practice; a retrained
+// model of the same shape must also differ, so the first MiB of tensor bytes joins in).
+uint64_t model_dir_hash(const std::string& dir) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0x63656461);  // "ceda"
+  for (const char* name : {"config.json", "model.safetensors"}) {
+    std::ifstream f(dir + "/" + name, std::ios::binary);
+    std::vector<char> buf(1 << 20);
+    f.read(buf.data(), std::streamsize(buf.size()));
+    XXH64_update(st, buf.data(), size_t(f.gcount()));
+    std::error_code ec;
+    uint64_t size = fs::file_size(dir + "/" + name, ec);
+    XXH64_update(st, &size, sizeof size);
+  }
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
+}
+
+uint64_t engine_hash(const model::engine& e) {
+  const auto& emb = e.embed();
+  size_t n = std::min<size_t>(emb.size(), 1 << 16);
+  uint64_t h = XXH64(emb.data(), n * sizeof(float), uint64_t(e.config().vocab_size));
+  return h ^ uint64_t(e.config().hidden_size) * 0x9E3779B97F4A7C15ull;
+}
+
+}  // namespace
+
+// ============================================================================================
+// runtime
+// ============================================================================================
+struct agent_runtime::impl {
+  std::shared_ptr<const model::engine> engine;
+  std::shared_ptr<const model::tokenizer> tok;
+  std::shared_ptr<tools::tool_registry> reg = std::make_shared<tools::tool_registry>();
+  uint64_t model_hash = 0;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  executor_actor exec;
+  store_actor store;
+  std::mutex mu;
+  std::vector<caf::actor> agents;
+  runtime_options opts;
+
+  ~impl() {
+    for (auto& a : agents) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
+    agents.clear();
+    exec = nullptr;
+    store = nullptr;
+    sys.reset();  // waits for every actor (tool workers included) to finish
+    reg->close_servers();
+  }
+};
+
+struct agent::impl {
+  caf::actor actor;
+  caf::actor_system* sys = nullptr;
+  int64_t session = 0;
+};
+
+agent_runtime::agent_runtime(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+agent_runtime::~agent_runtime() = default;
+
+result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
+  kernels::announce_device();
+  auto p = std::make_unique<impl>();
+  p->opts = o;
+  if (o.engine && o.tokenizer) {
+    p->engine = o.engine;
+    p->tok = o.tokenizer;
+    p->model_hash = engine_hash(*o.engine);
+  } else {
+    if (o.model_dir.empty()) return make_error(errc::invalid_argument, "runtime: no model_dir given");
+    const std::string dir = o.model_dir;
+    auto cfg = model::load_model_config(dir + "/config.json");
+    if (!cfg) return cfg.take_err();
+    auto tok = model::tokenizer::load(dir + "/tokenizer.json");
+    if (!tok) return tok.take_err();
+    model::engine_options eo;
+    if (fs::exists(dir + "/token_map.npy")) {
+      auto tm = model::load_token_map_npy(dir + "/token_map.npy");
+      if (!tm) return tm.take_err();
+      eo.engram_token_map = std::move(*tm);
+    }
+    CEDAR_LOG_INFO("loading %s", dir.c_str());
+    auto e = model::engine::load(*cfg, dir + "/model.safetensors", std::move(eo));
+    if (!e) return e.take_err();
+    if (tok->vocab_size() > cfg->vocab_size)
+      return make_error(errc::mismatch, dir + ": tokenizer has " + std::to_string(tok->vocab_size()) +
+                                            " ids but the model's vocab_size is " + std::to_string(cfg->vocab_size));
+    p->engine = std::make_shared<const model::engine>(std::move(*e));
+    p->tok = std::make_shared<const model::tokenizer>(std::move(*tok));
+    p->model_hash = model_dir_hash(dir);
+  }
+  if (o.store_path.empty()) return make_error(errc::invalid_argument, "runtime: no store_path given");
+  auto st = sessions::store::open(o.store_path);
+  if (!st) return st.take_err();
+
+  if (o.builtin_tools)
+    for (auto& t : builtin_tools(o.files_root)) CEDAR_TRY(p->reg->add(std::move(t)));
+  if (!o.mcp_config.empty()) CEDAR_TRY(add_mcp_servers(*p->reg, o.mcp_config));
+
+  register_message_types(p->cfg);
+  p->cfg.set("scheduler.max-threads", std::max(1, o.scheduler_threads));
+  p->cfg.set("logger.verbosity", caf::atom("quiet"));
+  p->sys = std::make_unique<caf::actor_system>(p->cfg);
+
+  const model::model_config& c = p->engine->config();
+  sessions::page_geometry g;
+  g.main_dims = uint16_t(c.head_dim);
+  g.index_dims = uint16_t(c.index_head_dim);
+  g.main_entry_bytes = uint32_t(kernels::fp4_kv_bytes(c.head_dim));
+  g.index_entry_bytes = uint32_t(kernels::fp4_index_bytes(c.index_head_dim));
+  p->store = spawn_store(*p->sys, std::move(*st), p->model_hash, g);
+  p->exec = spawn_executor(*p->sys, p->engine, o.ram_budget_mb << 20, p->store);
+  return std::unique_ptr<agent_runtime>(new agent_runtime(std::move(p)));
+}
+
+status agent_runtime::add_tool(tools::tool t) { return p_->reg->add(std::move(t)); }
+
+std::vector<std::string> agent_runtime::tool_names() const {
+  std::vector<std::string> out;
+  for (const auto& t : p_->reg->list()) out.push_back(t->name);
+  return out;
+}
+
+const model::tokenizer& agent_runtime::tokenizer() const { return *p_->tok; }
+const model::engine& agent_runtime::engine() const { return *p_->engine; }
+
+static agent_config to_config(const agent_options& o) {
+  agent_config c;
+  c.name = o.name;
+  c.system_prompt = o.system_prompt;
+  c.tools = o.tools;
+  c.temperature = o.temperature;
+  c.top_p = o.top_p;
+  c.min_p = o.min_p;
+  c.seed = o.seed;
+  c.limits.max_new_tokens = std::max(1, o.max_new_tokens);
+  c.limits.max_tool_rounds = std::max(0, o.max_tool_rounds);
+  c.tool_timeout_ms = std::max(1, o.tool_timeout_ms);
+  return c;
+}
+
+result<agent> agent_runtime::create_agent(const agent_options& o) {
+  for (const auto& name : o.tools)
+    if (!p_->reg->find(name)) return make_error(errc::not_found, "agent '" + o.name + "': unknown tool '" + name + "'");
+  caf::scoped_actor self{*p_->sys};
+  result<agent> out = make_error(errc::unavailable, "store did not answer");
+  self->request(p_->store, caf::infinite, create_atom::value, o.name, uint64_t(0))
+      .receive(
+          [&](store_reply& r) {
+            if (!r.error.empty()) {
+              out = make_error(errc::io, r.error);
+              return;
+            }
+            auto a = std::make_shared<agent::impl>();
+            a->session = r.value;
+            a->sys = p_->sys.get();
+            a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, r.value, to_config(o), {}, true,
+                                   p_->engine->config().eos_token_id);
+            std::lock_guard<std::mutex> lk(p_->mu);
+            p_->agents.push_back(a->actor);
+            out = agent(a);
+          },
+          [&](caf::error& e) { out = make_error(errc::unavailable, "store: " + caf::to_string(e)); });
+  return out;
+}
+
+result<agent> agent_runtime::resume_agent(int64_t session, const agent_options& o) {
+  caf::scoped_actor self{*p_->sys};
+  result<agent> out = make_error(errc::unavailable, "store did not answer");
+  self->request(p_->store, caf::infinite, items_atom::value, session)
+      .receive(
+          [&](std::vector<item_msg>& items, std::string& err) {
+            if (!err.empty()) {
+              out = make_error(errc::not_found, err);
+              return;
+            }
+            bool stopped = true;
+            auto msgs = messages_from_items(items, &stopped);
+            auto a = std::make_shared<agent::impl>();
+            a->session = session;
+            a->sys = p_->sys.get();
+            a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, session, to_config(o),
+                                   std::move(msgs), stopped, p_->engine->config().eos_token_id);
+            std::lock_guard<std::mutex> lk(p_->mu);
+            p_->agents.push_back(a->actor);
+            out = agent(a);
+          },
+          [&](caf::error& e) { out = make_error(errc::unavailable, "store: " + caf::to_string(e)); });
+  return out;
+}
+
+result<std::vector<session_summary>> agent_runtime::sessions() {
+  caf::scoped_actor self{*p_->sys};
+  result<std::vector<session_summary>> out = make_error(errc::unavailable, "store did not answer");
+  self->request(p_->store, caf::infinite, list_atom::value)
+      .receive(
+          [&](std::vector<session_msg>& v, std::string& err) {
+            if (!err.empty()) {
+              out = make_error(errc::io, err);
+              return;
+            }
+            std::vector<session_summary> s;
+            for (auto& m : v) s.push_back({m.id, m.agent, m.status, m.n_turns, m.n_tokens, m.updated_ms});
+            out = std::move(s);
+          },
+          [&](caf::error& e) { out = make_error(errc::unavailable, "store: " + caf::to_string(e)); });
+  return out;
+}
+
+// ============================================================================================
+// agent
+// ============================================================================================
+int64_t agent::session() const { return p_->session; }
+
+void agent::cancel() { caf::anon_send(p_->actor, cancel_atom::value); }
+
+result<turn_result> agent::ask(const std::string& text, const std::function<void(const agent_event&)>& on_event) {
+  caf::scoped_actor self{*p_->sys};
+  self->send(p_->actor, ask_atom::value, text, caf::actor(self));
+  bool done = false;
+  turn_summary sum;
+  while (!done) {
+    self->receive(
+        [&](event_atom, const agent_event_msg& e) {
+          if (!on_event) return;
+          agent_event ev;
+          static const std::pair<const char*, agent_event::kind> kinds[] = {
+              {"token", agent_event::kind::token},
+              {"tool_call", agent_event::kind::tool_call},
+              {"tool_result", agent_event::kind::tool_result},
+              {"answer", agent_event::kind::answer},
+              {"error", agent_event::kind::error}};
+          for (auto& [n, k] : kinds)
+            if (e.kind == n) ev.type = k;
+          ev.text = e.text;
+          ev.tool = e.tool;
+          ev.arguments = e.arguments;
+          ev.is_error = e.is_error;
+          ev.ms = e.ms;
+          on_event(ev);
+        },
+        [&](turn_summary& s) {
+          sum = std::move(s);
+          done = true;
+        },
+        [&](caf::error& e) {
+          sum.error = "agent: " + caf::to_string(e);
+          done = true;
+        });
+  }
+  if (!sum.error.empty() && sum.rounds == 0 && !sum.cancelled) return make_error(errc::internal, sum.error);
+  turn_result r;
+  r.answer = sum.answer;
+  r.cancelled = sum.cancelled;
+  r.round_limit = sum.round_limit;
+  r.rounds = sum.rounds;
+  r.tool_calls = sum.tool_calls;
+  r.prompt_tokens = sum.prompt_tokens;
+  r.generated_tokens = sum.generated_tokens;
+  r.replayed_tokens = sum.replayed_tokens;
+  r.context = sum.context;
+  r.resume_path = sum.resume_path;
+  r.first_token_ms = sum.first_token_ms;
+  r.total_ms = sum.total_ms;
+  if (!sum.error.empty()) return make_error(errc::internal, sum.error);
+  return r;
+}
+
+}  // namespace cedar

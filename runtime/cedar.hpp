@@ -1,0 +1,133 @@
+// cedar — the public C++ API. Include this header; it pulls in no CAF headers.
+//
+//   auto rt = cedar::agent_runtime::open({.model_dir = "config/default-model", .store_path = "s.db"});
+//   rt.value()->add_tool(cedar::tools::make_tool("shout", "Upper-cases text", schema, fn));
+//   auto a = rt.value()->create_agent({.system_prompt = "You are helpful."});
+//   auto r = a->ask("What is 17 * 23?", [](const cedar::agent_event& e) { ... });
+//
+// A runtime owns one CAF actor system with an executor actor (the model and every session's
+// sequence, continuous batching), a store actor (the SQLite session store) and one actor per
+// agent; tool calls run on their own threads with timeouts. Agents resume by session id after a
+// restart: their transcript comes from the store and their KV is restored (bounded replay).
+// Thread safety: runtime and agent methods may be called from any thread; one agent runs one
+// turn at a time (a second concurrent ask() gets an error).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/base/result.hpp"
+#include "tools_mcp/tool.hpp"
+
+namespace cedar::model {
+class engine;
+class tokenizer;
+}  // namespace cedar::model
+
+namespace cedar {
+
+struct runtime_options {
+  // A model directory: config.json, model.safetensors, tokenizer.json (+ token_map.npy).
+  std::string model_dir;
+  // The SQLite session store (created if missing).
+  std::string store_path;
+  size_t ram_budget_mb = 2048;  // resident sequences beyond it are evicted (they stay in the store)
+  int scheduler_threads = 2;
+  // Optional `mcpServers` config file: every server's tools join the registry as "<server>__<tool>".
+  std::string mcp_config;
+  // Add the built-in tools (calculator, notes_save/notes_read, clock, file_read/file_list).
+  bool builtin_tools = true;
+  std::string files_root = ".";  // file_read / file_list never leave this directory
+  // Bring your own model (embedding apps, tests): used instead of model_dir when both are set.
+  std::shared_ptr<const model::engine> engine;
+  std::shared_ptr<const model::tokenizer> tokenizer;
+};
+
+struct agent_options {
+  std::string name = "agent";
+  std::string system_prompt;
+  std::vector<std::string> tools;  // tool names offered to the model; empty: every registered tool
+  float temperature = 0;           // 0: greedy
+  float top_p = 1, min_p = 0;
+  uint64_t seed = 0;
+  int max_new_tokens = 256;        // per model reply
+  int max_tool_rounds = 8;         // model replies with tool calls per ask()
+  int tool_timeout_ms = 30000;
+};
+
+// Streamed while a turn runs.
+struct agent_event {
+  enum class kind { token, tool_call, tool_result, answer, error };
+  kind type = kind::token;
+  std::string text;       // token text / tool result / answer / error message
+  std::string tool;       // tool_call, tool_result
+  std::string arguments;  // tool_call: JSON
+  bool is_error = false;  // tool_result
+  double ms = 0;          // tool_result: duration
+};
+
+struct turn_result {
+  std::string answer;
+  bool cancelled = false;
+  bool round_limit = false;     // the model kept calling tools past max_tool_rounds
+  int rounds = 0, tool_calls = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, replayed_tokens = 0, context = 0;
+  std::string resume_path;      // fresh | resident | replayed | reprefilled
+  double first_token_ms = 0, total_ms = 0;
+};
+
+struct session_summary {
+  int64_t id = 0;
+  std::string agent, status;
+  uint32_t turns = 0;
+  uint64_t tokens = 0;
+  int64_t updated_ms = 0;
+};
+
+class agent_runtime;
+
+class agent {
+ public:
+  int64_t session() const;
+  // Runs one user turn to its end (answer, cancel, error or round limit); `on_event` is called
+  // on the calling thread for every streamed event.
+  result<turn_result> ask(const std::string& text, const std::function<void(const agent_event&)>& on_event = {});
+  // Stops the running turn (from any thread): decoding stops, running tools are cancelled, the
+  // transcript stays valid.
+  void cancel();
+
+  struct impl;
+  explicit agent(std::shared_ptr<impl> p) : p_(std::move(p)) {}
+
+ private:
+  std::shared_ptr<impl> p_;
+};
+
+class agent_runtime {
+ public:
+  static result<std::unique_ptr<agent_runtime>> open(runtime_options opts);
+  ~agent_runtime();
+
+  // Registers a C++ tool (before creating the agents that should see it).
+  status add_tool(tools::tool t);
+  std::vector<std::string> tool_names() const;
+
+  result<agent> create_agent(const agent_options& opts);
+  // An agent continuing a stored session (after a restart or crash).
+  result<agent> resume_agent(int64_t session, const agent_options& opts);
+  result<std::vector<session_summary>> sessions();
+
+  const model::tokenizer& tokenizer() const;
+  const model::engine& engine() const;
+
+  struct impl;
+
+ private:
+  explicit agent_runtime(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace cedar

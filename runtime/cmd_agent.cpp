@@ -1,0 +1,261 @@
+// Agents from the command line, on the public API (cedar.hpp) like any user program.
+//
+//   cedar run [--model DIR] [--store DB] [--agent FILE.json] [--session ID] [--json] "task"
+//   cedar chat [--model DIR] [--store DB] [--agent FILE.json] [--session ID]
+//   cedar demo [--model DIR] [--store DB]
+//
+// Tokens stream to stdout; tool calls and results go to stderr, prefixed, so that stdout is the
+// model's text. Ctrl-C in `chat` interrupts the current generation, a second one quits.
+#include "runtime/cmd_agent.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "kernels/base/log.hpp"
+#include "runtime/cedar.hpp"
+#include "runtime/cmd_sessions.hpp"
+
+namespace cedar::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using njson = nlohmann::json;
+
+struct agent_args {
+  std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/config/default-model";
+  std::string store;
+  std::string agent_file;
+  std::string mcp_config;
+  std::string files_root = ".";
+  int64_t session = -1;
+  int max_new_tokens = -1;
+  bool json = false;
+};
+
+void add_common(CLI::App* c, agent_args& a) {
+  c->add_option("--model", a.model_dir, "model directory (config.json, model.safetensors, tokenizer.json)")
+      ->capture_default_str();
+  c->add_option("--store", a.store, "session store (SQLite); default: the user's data directory");
+  c->add_option("--agent", a.agent_file,
+                "agent JSON: {name, system_prompt, tools, temperature, top_p, seed, max_new_tokens, "
+                "max_tool_rounds, tool_timeout_ms}");
+  c->add_option("--mcp-config", a.mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
+  c->add_option("--files-root", a.files_root, "directory file_read/file_list may read")->capture_default_str();
+  c->add_option("--session", a.session, "continue this stored session instead of starting a new one");
+  c->add_option("--max-new-tokens", a.max_new_tokens, "tokens per model reply");
+}
+
+result<agent_options> load_agent_options(const agent_args& a) {
+  agent_options o;
+  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
+  if (!a.agent_file.empty()) {
+    std::ifstream f(a.agent_file);
+    if (!f) return make_error(errc::not_found, a.agent_file + ": cannot open agent file");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    njson j = njson::parse(ss.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return make_error(errc::invalid_format, a.agent_file + ": not a JSON object");
+    try {
+      o.name = j.value("name", o.name);
+      o.system_prompt = j.value("system_prompt", o.system_prompt);
+      if (j.contains("tools")) o.tools = j["tools"].get<std::vector<std::string>>();
+      o.temperature = j.value("temperature", o.temperature);
+      o.top_p = j.value("top_p", o.top_p);
+      o.seed = j.value("seed", o.seed);
+      o.max_new_tokens = j.value("max_new_tokens", o.max_new_tokens);
+      o.max_tool_rounds = j.value("max_tool_rounds", o.max_tool_rounds);
+      o.tool_timeout_ms = j.value("tool_timeout_ms", o.tool_timeout_ms);
+    } catch (const njson::exception& e) {
+      return make_error(errc::invalid_format, a.agent_file + ": " + e.what());
+    }
+  }
+  if (a.max_new_tokens > 0) o.max_new_tokens = a.max_new_tokens;
+  return o;
+}
+
+result<std::unique_ptr<agent_runtime>> open_runtime(agent_args& a) {
+  if (a.store.empty()) a.store = default_sessions_store_path();
+  if (a.store.empty()) return make_error(errc::invalid_argument, "no store path: pass --store PATH");
+  std::error_code ec;
+  if (fs::path(a.store).has_parent_path()) fs::create_directories(fs::path(a.store).parent_path(), ec);
+  runtime_options ro;
+  ro.model_dir = a.model_dir;
+  ro.store_path = a.store;
+  ro.mcp_config = a.mcp_config;
+  ro.files_root = a.files_root;
+  return agent_runtime::open(ro);
+}
+
+result<agent> open_agent(agent_runtime& rt, const agent_args& a) {
+  auto o = load_agent_options(a);
+  if (!o) return o.take_err();
+  return a.session >= 0 ? rt.resume_agent(a.session, *o) : rt.create_agent(*o);
+}
+
+// Prints events as they come: text to stdout, tools to stderr.
+void print_event(const agent_event& e) {
+  switch (e.type) {
+    case agent_event::kind::token:
+      std::fputs(e.text.c_str(), stdout);
+      std::fflush(stdout);
+      break;
+    case agent_event::kind::tool_call:
+      std::fprintf(stderr, "\n[tool call] %s %s\n", e.tool.c_str(), e.arguments.c_str());
+      break;
+    case agent_event::kind::tool_result:
+      std::fprintf(stderr, "[tool %s%s, %.0f ms] %s\n", e.tool.c_str(), e.is_error ? " error" : "", e.ms,
+                   e.text.size() > 400 ? (e.text.substr(0, 400) + "...").c_str() : e.text.c_str());
+      break;
+    case agent_event::kind::error:
+      std::fprintf(stderr, "\n[error] %s\n", e.text.c_str());
+      break;
+    case agent_event::kind::answer:
+      break;
+  }
+}
+
+njson to_json(const turn_result& r, int64_t session) {
+  return njson{{"session", session},         {"answer", r.answer},
+               {"rounds", r.rounds},         {"tool_calls", r.tool_calls},
+               {"prompt_tokens", r.prompt_tokens}, {"generated_tokens", r.generated_tokens},
+               {"replayed_tokens", r.replayed_tokens}, {"context", r.context},
+               {"resume_path", r.resume_path}, {"first_token_ms", r.first_token_ms},
+               {"total_ms", r.total_ms},     {"cancelled", r.cancelled},
+               {"round_limit", r.round_limit}};
+}
+
+void print_summary(const turn_result& r, int64_t session) {
+  std::fprintf(stderr,
+               "\n[session %lld] %d round(s), %d tool call(s), %lld prompt + %lld generated tokens, context %lld, "
+               "resume %s, first token %.0f ms, total %.0f ms%s\n",
+               (long long)session, r.rounds, r.tool_calls, (long long)r.prompt_tokens, (long long)r.generated_tokens,
+               (long long)r.context, r.resume_path.c_str(), r.first_token_ms, r.total_ms,
+               r.cancelled ? " (cancelled)" : r.round_limit ? " (tool round limit)" : "");
+}
+
+int cmd_run(agent_args a, const std::string& task) {
+  auto rt = open_runtime(a);
+  if (!rt) {
+    std::fprintf(stderr, "cedar run: %s\n", rt.err().message.c_str());
+    return 2;
+  }
+  auto ag = open_agent(**rt, a);
+  if (!ag) {
+    std::fprintf(stderr, "cedar run: %s\n", ag.err().message.c_str());
+    return 2;
+  }
+  auto r = ag->ask(task, a.json ? std::function<void(const agent_event&)>() : print_event);
+  if (!r) {
+    std::fprintf(stderr, "cedar run: %s\n", r.err().message.c_str());
+    return 1;
+  }
+  if (a.json) std::printf("%s\n", to_json(*r, ag->session()).dump(2).c_str());
+  else print_summary(*r, ag->session());
+  return 0;
+}
+
+// Ctrl-C: the first cancels the running turn, a second (while idle) quits.
+std::atomic<agent*> g_chat_agent{nullptr};
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) {
+  if (agent* a = g_chat_agent.load()) a->cancel();
+  else g_interrupted = true;
+}
+
+int cmd_chat(agent_args a) {
+  auto rt = open_runtime(a);
+  if (!rt) {
+    std::fprintf(stderr, "cedar chat: %s\n", rt.err().message.c_str());
+    return 2;
+  }
+  auto ag = open_agent(**rt, a);
+  if (!ag) {
+    std::fprintf(stderr, "cedar chat: %s\n", ag.err().message.c_str());
+    return 2;
+  }
+  std::signal(SIGINT, on_sigint);
+  bool tty = isatty(0);
+  std::fprintf(stderr, "cedar chat: session %lld (Ctrl-C interrupts a reply, Ctrl-D quits)\n",
+               (long long)ag->session());
+  std::string line;
+  while (!g_interrupted) {
+    if (tty) std::fprintf(stderr, "\n> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    agent copy = *ag;
+    g_chat_agent = &copy;
+    auto r = copy.ask(line, print_event);
+    g_chat_agent = nullptr;
+    if (!r) std::fprintf(stderr, "\n[error] %s\n", r.err().message.c_str());
+    else print_summary(*r, copy.session());
+  }
+  std::signal(SIGINT, SIG_DFL);
+  return 0;
+}
+
+int cmd_demo(agent_args a) {
+  if (!fs::exists(a.model_dir + "/model.safetensors")) {
+    std::fprintf(stderr, "cedar demo: no model at %s\n", a.model_dir.c_str());
+    return 2;
+  }
+  if (a.store.empty()) a.store = (fs::temp_directory_path() / ("cedar-demo-" + std::to_string(::getpid()) + ".db")).string();
+  auto rt = open_runtime(a);
+  if (!rt) {
+    std::fprintf(stderr, "cedar demo: %s\n", rt.err().message.c_str());
+    return 2;
+  }
+  agent_options o;
+  o.name = "demo";
+  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
+  o.max_new_tokens = 160;
+  o.max_tool_rounds = 4;
+  o.tools = {"calculator", "notes_save", "notes_read", "clock"};
+  auto ag = (*rt)->create_agent(o);
+  if (!ag) {
+    std::fprintf(stderr, "cedar demo: %s\n", ag.err().message.c_str());
+    return 2;
+  }
+  const char* tasks[] = {"What is 1234 * 5678?", "Please save a note called groceries with the text: milk, eggs, bread.",
+                         "What did I put in the groceries note?"};
+  for (const char* t : tasks) {
+    std::printf("\n>>> %s\n", t);
+    auto r = ag->ask(t, print_event);
+    if (!r) {
+      std::fprintf(stderr, "cedar demo: %s\n", r.err().message.c_str());
+      return 1;
+    }
+    print_summary(*r, ag->session());
+  }
+  std::fprintf(stderr, "\nsessions are stored in %s (`cedar sessions list --store %s`)\n", a.store.c_str(),
+               a.store.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_agent_commands(CLI::App& app, int* exit_code) {
+  static agent_args run_args, chat_args, demo_args;
+  static std::string task;
+  auto* run = app.add_subcommand("run", "run one agent turn on a task and print the answer");
+  add_common(run, run_args);
+  run->add_flag("--json", run_args.json, "print the turn's result as JSON (no streaming)");
+  run->add_option("task", task, "what the agent should do")->required();
+  run->callback([exit_code] { *exit_code = cmd_run(run_args, task); });
+
+  auto* chat = app.add_subcommand("chat", "talk to an agent, turn by turn (Ctrl-C interrupts a reply)");
+  add_common(chat, chat_args);
+  chat->callback([exit_code] { *exit_code = cmd_chat(chat_args); });
+
+  auto* demo = app.add_subcommand("demo", "the default agent demo: the shipped model calling built-in tools");
+  demo->add_option("--model", demo_args.model_dir, "model directory")->capture_default_str();
+  demo->add_option("--store", demo_args.store, "session store (default: a new temp file)");
+  demo->callback([exit_code] { *exit_code = cmd_demo(demo_args); });
+}
+
+}  // namespace cedar::runtime

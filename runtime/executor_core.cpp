@@ -1,0 +1,407 @@
+#include "runtime/executor_core.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/base/log.hpp"
+
+namespace cedar::runtime {
+
+using clock_type = std::chrono::steady_clock;
+static double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+const char* resume_path_name(resume_path p) {
+  switch (p) {
+    case resume_path::fresh: return "fresh";
+    case resume_path::resident: return "resident";
+    case resume_path::replayed: return "replayed";
+    case resume_path::reprefilled: return "reprefilled";
+  }
+  return "?";
+}
+
+struct executor_core::gen {
+  model::sampler smp;
+  generation_params params;
+  std::vector<int32_t> generated;
+  int32_t last = -1;       // sampled, not yet fed
+  bool finishing = false;  // `last` is the final token: feed it, then finish
+  bool stopped = false;
+  generation_stats stats;
+  explicit gen(const generation_params& p) : smp(p.sampling), params(p) {}
+};
+
+executor_core::executor_core(const model::engine& e, size_t ram_budget_bytes)
+    : e_(e), runner_(std::make_unique<model::runner>(e)), budget_(ram_budget_bytes) {}
+executor_core::~executor_core() = default;
+
+// ============================================================================================
+// aux state: the compressor's pending half-groups and the Engram n-gram history
+// ============================================================================================
+// Each blob: "CAX1" magic, then its fields little-endian. Names: "pending.L<layer>", "ngram".
+namespace {
+constexpr char kAuxMagic[4] = {'C', 'A', 'X', '1'};
+
+template <class T>
+void put(std::vector<uint8_t>& b, const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  b.insert(b.end(), p, p + sizeof(T));
+}
+template <class T>
+bool get(std::span<const uint8_t>& b, T& v) {
+  if (b.size() < sizeof(T)) return false;
+  std::memcpy(&v, b.data(), sizeof(T));
+  b = b.subspan(sizeof(T));
+  return true;
+}
+bool get_floats(std::span<const uint8_t>& b, std::vector<float>& v, size_t n) {
+  if (b.size() < n * sizeof(float)) return false;
+  v.resize(n);
+  std::memcpy(v.data(), b.data(), n * sizeof(float));
+  b = b.subspan(n * sizeof(float));
+  return true;
+}
+bool get_magic(std::span<const uint8_t>& b) {
+  if (b.size() < 4 || std::memcmp(b.data(), kAuxMagic, 4) != 0) return false;
+  b = b.subspan(4);
+  return true;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<uint8_t>>> executor_core::aux_of(const model::sequence& s) {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+  const int D = s.config().head_dim;
+  for (int i = 0; i < s.n_sources(); ++i) {
+    const auto& src = s.source(i);
+    if (src.ratio <= 1) continue;
+    std::vector<uint8_t> b(kAuxMagic, kAuxMagic + 4);
+    put<uint32_t>(b, uint32_t(src.n_pending));
+    for (const std::vector<float>* v : {&src.pending_kv, &src.pending_gate})
+      for (int k = 0; k < src.n_pending * D; ++k) put<float>(b, (*v)[size_t(k)]);
+    out.emplace_back("pending.L" + std::to_string(src.layer), std::move(b));
+  }
+  std::vector<uint8_t> b(kAuxMagic, kAuxMagic + 4);
+  put<uint32_t>(b, uint32_t(s.ngram_history().size()));
+  for (int64_t id : s.ngram_history()) put<int64_t>(b, id);
+  out.emplace_back("ngram", std::move(b));
+  return out;
+}
+
+// ============================================================================================
+// residents
+// ============================================================================================
+executor_core::resident_seq& executor_core::touch(int64_t session) {
+  resident_seq& r = seqs_.at(session);
+  lru_.erase(r.lru);
+  lru_.push_front(session);
+  r.lru = lru_.begin();
+  return r;
+}
+
+int64_t executor_core::context_of(int64_t session) const {
+  auto it = seqs_.find(session);
+  return it == seqs_.end() ? 0 : it->second.seq->n_tokens();
+}
+
+size_t executor_core::resident_bytes() const {
+  size_t total = 0;
+  for (const auto& [id, r] : seqs_) {
+    const model::sequence& s = *r.seq;
+    for (int i = 0; i < s.n_sources(); ++i) {
+      const auto& src = s.source(i);
+      total += src.main.capacity() + src.index.capacity() +
+               (src.main_f32.capacity() + src.index_f32.capacity()) * sizeof(float);
+    }
+    for (int l = 0; l < s.config().n_layers_total(); ++l) total += s.ring(l).bytes.capacity();
+    total += s.tokens().capacity() * sizeof(int32_t);
+  }
+  return total;
+}
+
+void executor_core::open_fresh(int64_t session) {
+  if (seqs_.count(session)) return;
+  resident_seq r;
+  r.seq = std::make_unique<model::sequence>(e_.config());
+  r.committed_entries.assign(size_t(r.seq->n_sources()), 0);
+  lru_.push_front(session);
+  r.lru = lru_.begin();
+  seqs_.emplace(session, std::move(r));
+}
+
+void executor_core::drop(int64_t session) {
+  auto it = seqs_.find(session);
+  if (it == seqs_.end() || gens_.count(session)) return;
+  lru_.erase(it->second.lru);
+  seqs_.erase(it);
+}
+
+std::vector<int64_t> executor_core::enforce_budget() {
+  std::vector<int64_t> evicted;
+  if (resident_bytes() <= budget_) return evicted;
+  // Walk from the least recently used end; never evict a generating session.
+  for (auto it = lru_.rbegin(); it != lru_.rend() && resident_bytes() > budget_;) {
+    int64_t id = *it;
+    ++it;
+    if (gens_.count(id)) continue;
+    evicted.push_back(id);
+    drop(id);
+    it = lru_.rbegin();  // drop() invalidated the iterator
+  }
+  return evicted;
+}
+
+resume_state resume_state_from(const sessions::checkpoint_data& cp) {
+  resume_state rs;
+  rs.tokens = cp.tokens;
+  rs.pages_ok = cp.all_pages_ok() && cp.aux_errors.empty();
+  for (const auto& ls : cp.sources) {
+    resume_state::source s;
+    s.layer = ls.source_layer;
+    for (const auto& p : ls.pages) {
+      if (p.status != sessions::page_status::ok) {
+        rs.problem = "page of layer " + std::to_string(ls.source_layer) + " at entry " + std::to_string(p.first_entry) +
+                     ": " + sessions::page_status_name(p.status) + (p.detail.empty() ? "" : " (" + p.detail + ")");
+        continue;
+      }
+      auto m = p.main(), ix = p.index();
+      s.main.insert(s.main.end(), m.begin(), m.end());
+      s.index.insert(s.index.end(), ix.begin(), ix.end());
+    }
+    rs.sources.push_back(std::move(s));
+  }
+  if (!cp.aux_errors.empty()) rs.problem = "aux state: " + cp.aux_errors.front();
+  for (const auto& a : cp.aux) rs.aux.emplace_back(a.name, a.bytes);
+  return rs;
+}
+
+result<resume_path> executor_core::restore(int64_t session, const resume_state& cp, double* ms) {
+  auto t0 = clock_type::now();
+  if (seqs_.count(session)) return make_error(errc::internal, "restore: session already resident");
+  const model::model_config& c = e_.config();
+  open_fresh(session);
+  resident_seq& r = seqs_.at(session);
+  if (cp.tokens.empty()) {
+    if (ms) *ms = ms_since(t0);
+    return resume_path::fresh;
+  }
+
+  // Try the replayed path: global KV pages + aux state, then bounded replay.
+  std::string why;
+  model::sequence_snapshot snap;
+  snap.tokens = cp.tokens;
+  bool ok = cp.pages_ok && cp.problem.empty();
+  if (!ok) why = cp.problem.empty() ? "pages failed verification" : cp.problem;
+  if (ok && int(cp.sources.size()) != r.seq->n_sources()) {
+    ok = false;
+    why = "checkpoint has " + std::to_string(cp.sources.size()) + " KV sources, the model " +
+          std::to_string(r.seq->n_sources());
+  }
+  for (int i = 0; ok && i < r.seq->n_sources(); ++i) {
+    const auto& ls = cp.sources[size_t(i)];
+    const auto& st = r.seq->source(i);
+    if (int(ls.layer) != st.layer) {
+      ok = false;
+      why = "KV source layer " + std::to_string(ls.layer) + " where the model has " + std::to_string(st.layer);
+      break;
+    }
+    model::sequence_snapshot::source s;
+    s.main = ls.main;
+    s.index = ls.index;
+    if (st.ratio > 1) {
+      auto a = std::find_if(cp.aux.begin(), cp.aux.end(),
+                            [&](const auto& b) { return b.first == "pending.L" + std::to_string(st.layer); });
+      std::span<const uint8_t> b;
+      if (a != cp.aux.end()) b = a->second;
+      uint32_t n = 0;
+      if (a == cp.aux.end() || !get_magic(b) || !get(b, n) || int(n) >= st.ratio ||
+          !get_floats(b, s.pending_kv, size_t(n) * c.head_dim) || !get_floats(b, s.pending_gate, size_t(n) * c.head_dim)) {
+        ok = false;
+        why = "aux 'pending.L" + std::to_string(st.layer) + "' missing or malformed";
+        break;
+      }
+      s.n_pending = int(n);
+    }
+    snap.sources.push_back(std::move(s));
+  }
+  if (ok) {
+    auto a = std::find_if(cp.aux.begin(), cp.aux.end(), [](const auto& b) { return b.first == "ngram"; });
+    std::span<const uint8_t> b;
+    if (a != cp.aux.end()) b = a->second;
+    uint32_t n = 0;
+    if (a == cp.aux.end() || !get_magic(b) || !get(b, n) || n > 64) {
+      ok = false;
+      why = "aux 'ngram' missing or malformed";
+    } else {
+      snap.ngram_history.resize(n);
+      for (auto& v : snap.ngram_history)
+        if (!get(b, v)) { ok = false; why = "aux 'ngram' truncated"; break; }
+    }
+  }
+  if (ok) {
+    if (auto st = r.seq->restore(snap); !st) {
+      ok = false;
+      why = st.err().message;
+    }
+  }
+  resume_path path = resume_path::replayed;
+  if (ok) {
+    int n = std::min<int64_t>(c.sliding_window, r.seq->n_tokens());
+    if (auto rp = runner_->replay(*r.seq, n); !rp) {
+      ok = false;
+      why = "bounded replay failed: " + rp.err().message;
+    }
+  }
+  if (!ok) {
+    // The token log is the source of truth: rebuild everything from it.
+    CEDAR_LOG_WARN("session %lld: %s; re-prefilling %zu tokens", (long long)session, why.c_str(), cp.tokens.size());
+    r.seq = std::make_unique<model::sequence>(c);
+    model::prefill_options opt;
+    opt.mode = model::prefill_mode::ced;
+    auto pr = runner_->prefill(*r.seq, cp.tokens, opt);
+    if (!pr) {
+      drop(session);
+      return make_error(pr.err().code, "session " + std::to_string(session) + ": re-prefill failed: " + pr.err().message);
+    }
+    path = resume_path::reprefilled;
+  }
+  r.committed_tokens = uint64_t(r.seq->n_tokens());
+  r.committed_entries.assign(size_t(r.seq->n_sources()), 0);
+  for (int i = 0; i < r.seq->n_sources(); ++i) r.committed_entries[size_t(i)] = r.seq->source(i).n_entries;
+  if (ms) *ms = ms_since(t0);
+  return path;
+}
+
+// ============================================================================================
+// generation
+// ============================================================================================
+result<step_token> executor_core::start(int64_t session, std::span<const int32_t> new_tokens,
+                                        const generation_params& p, resume_path path, double resume_ms) {
+  if (!seqs_.count(session)) return make_error(errc::internal, "start: session not resident");
+  if (gens_.count(session)) return make_error(errc::invalid_argument, "session " + std::to_string(session) + " is already generating");
+  if (new_tokens.empty()) return make_error(errc::invalid_argument, "a generation needs at least one new token");
+  const int64_t V = e_.config().vocab_size;
+  for (int32_t t : new_tokens)
+    if (t < 0 || t >= V) return make_error(errc::invalid_argument, "token id " + std::to_string(t) + " outside the vocabulary");
+  resident_seq& r = touch(session);
+  auto g = std::make_unique<gen>(p);
+  g->stats.path = path;
+  g->stats.resume_ms = resume_ms;
+  g->stats.n_prompt = int64_t(new_tokens.size());
+  if (path == resume_path::replayed) g->stats.n_replayed = std::min<int64_t>(e_.config().sliding_window, r.seq->n_tokens());
+  if (path == resume_path::reprefilled) g->stats.n_replayed = r.seq->n_tokens();
+  auto t0 = clock_type::now();
+  model::prefill_options opt;
+  opt.mode = model::prefill_mode::ced;
+  auto lr = runner_->prefill(*r.seq, new_tokens, opt);
+  if (!lr) return lr.take_err();
+  const float* last = lr->values.data() + size_t(lr->n_rows - 1) * size_t(V);
+  int32_t tok = g->smp.sample(last, int(V));
+  g->stats.prefill_ms = ms_since(t0);
+  g->generated.push_back(tok);
+  g->last = tok;
+  auto is_stop = [&](int32_t t) {
+    return t == e_.config().eos_token_id || std::find(p.stop_ids.begin(), p.stop_ids.end(), t) != p.stop_ids.end();
+  };
+  if (is_stop(tok) || p.max_new_tokens <= 1) {
+    g->finishing = true;
+    g->stopped = is_stop(tok);
+  }
+  gens_[session] = std::move(g);
+  return step_token{session, tok};
+}
+
+turn_kv executor_core::collect_delta(resident_seq& r) {
+  const model::sequence& s = *r.seq;
+  turn_kv kv;
+  kv.first_token = r.committed_tokens;
+  kv.tokens.assign(s.tokens().begin() + int64_t(r.committed_tokens), s.tokens().end());
+  for (int i = 0; i < s.n_sources(); ++i) {
+    const auto& src = s.source(i);
+    kv_source_delta d;
+    d.layer = uint32_t(src.layer);
+    d.first_entry = uint64_t(r.committed_entries[size_t(i)]);
+    d.n_entries = uint32_t(src.n_entries - r.committed_entries[size_t(i)]);
+    const size_t mb = s.main_entry_bytes(), ib = s.index_entry_bytes();
+    d.main.assign(src.main.begin() + int64_t(d.first_entry * mb), src.main.end());
+    d.index.assign(src.index.begin() + int64_t(d.first_entry * ib), src.index.end());
+    r.committed_entries[size_t(i)] = src.n_entries;
+    kv.sources.push_back(std::move(d));
+  }
+  kv.aux = aux_of(s);
+  r.committed_tokens = uint64_t(s.n_tokens());
+  return kv;
+}
+
+result<std::vector<step_token>> executor_core::step() {
+  std::vector<step_token> out;
+  if (gens_.empty()) return out;
+  std::vector<model::sequence*> seqs;
+  std::vector<int32_t> toks;
+  std::vector<int64_t> ids;
+  for (auto& [id, g] : gens_) {
+    seqs.push_back(seqs_.at(id).seq.get());
+    toks.push_back(g->last);
+    ids.push_back(id);
+  }
+  auto t0 = clock_type::now();
+  if (auto st = runner_->decode_step(seqs, toks, logits_); !st) return st.take_err();
+  const double dt = ms_since(t0);
+  const int64_t V = e_.config().vocab_size;
+  for (size_t b = 0; b < ids.size(); ++b) {
+    gen& g = *gens_.at(ids[b]);
+    g.stats.decode_ms += dt;
+    if (g.finishing) {
+      resident_seq& r = seqs_.at(ids[b]);
+      finished_generation f;
+      f.session = ids[b];
+      f.generated = std::move(g.generated);
+      f.stopped = g.stopped;
+      f.stats = g.stats;
+      f.stats.n_generated = int64_t(f.generated.size());
+      f.stats.context = r.seq->n_tokens();
+      f.kv = collect_delta(r);
+      finished_.push_back(std::move(f));
+      gens_.erase(ids[b]);
+      continue;
+    }
+    int32_t tok = g.smp.sample(logits_.data() + b * size_t(V), int(V));
+    g.generated.push_back(tok);
+    g.last = tok;
+    bool stop = tok == e_.config().eos_token_id ||
+                std::find(g.params.stop_ids.begin(), g.params.stop_ids.end(), tok) != g.params.stop_ids.end();
+    if (stop || int(g.generated.size()) >= g.params.max_new_tokens) {
+      g.finishing = true;
+      g.stopped = stop;
+    }
+    out.push_back({ids[b], tok});
+  }
+  return out;
+}
+
+void executor_core::cancel(int64_t session) {
+  auto it = gens_.find(session);
+  if (it == gens_.end()) return;
+  gen& g = *it->second;
+  resident_seq& r = seqs_.at(session);
+  finished_generation f;
+  f.session = session;
+  f.generated = std::move(g.generated);
+  if (!f.generated.empty()) f.generated.pop_back();  // the unfed token is not part of the turn
+  f.stopped = false;
+  f.stats = g.stats;
+  f.stats.n_generated = int64_t(f.generated.size());
+  f.stats.context = r.seq->n_tokens();
+  f.kv = collect_delta(r);
+  finished_.push_back(std::move(f));
+  gens_.erase(it);
+}
+
+std::vector<finished_generation> executor_core::take_finished() {
+  std::vector<finished_generation> out;
+  out.swap(finished_);
+  return out;
+}
+
+}  // namespace cedar::runtime

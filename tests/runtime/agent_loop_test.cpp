@@ -1,0 +1,157 @@
+// The agent loop as a plain state machine (no actors): scripted model replies are encoded with
+// the real tokenizer and streamed token by token, exactly as the executor streams them.
+#include <gtest/gtest.h>
+
+#include "runtime/agent_loop.hpp"
+#include "runtime_test_util.hpp"
+
+using namespace cedar;
+using namespace cedar::runtime;
+
+namespace {
+
+const char* kCalcTool =
+    R"({"type": "function", "function": {"name": "calculator", "description": "exact arithmetic", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}})";
+
+// Streams `text` (what the model "generates") into the loop token by token.
+reply_action reply(agent_loop& loop, const std::string& text, bool stopped = true) {
+  auto tok = test::test_tokenizer();
+  auto ids = tok->encode(text, true);
+  EXPECT_TRUE(ids.ok());
+  std::vector<model::dsml_event> ev;
+  for (int32_t id : *ids) loop.on_token(id, ev);
+  return loop.end_reply(stopped);
+}
+
+std::string calc_call(const std::string& expr) {
+  return "Let me compute.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"calculator\">\n<｜DSML｜ parameter "
+         "name=\"expression\" string=\"true\">" +
+         expr + "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+}
+
+}  // namespace
+
+TEST(AgentLoop, FirstTurnTokensAreTheRenderedPrompt) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "You are helpful.", {kCalcTool}, {"calculator"}, {});
+  auto t = loop.begin_turn("What is 6 * 7?");
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(loop.phase(), agent_phase::generating);
+  auto text = tok->decode(*t);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->rfind("<｜begin▁of▁sentence｜><｜System｜>You are helpful.", 0), 0u) << *text;
+  EXPECT_NE(text->find("calculator"), std::string::npos);
+  EXPECT_NE(text->find("<｜User｜>What is 6 * 7?<｜Assistant｜></think>"), std::string::npos);
+  // A second begin_turn while generating is refused.
+  EXPECT_FALSE(loop.begin_turn("again").ok());
+}
+
+TEST(AgentLoop, ToolCallRoundTripAndDeltasAreSuffixes) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  auto first = loop.begin_turn("What is 6 * 7?");
+  ASSERT_TRUE(first.ok());
+  reply_action a = reply(loop, calc_call("6 * 7") + "<｜end▁of▁sentence｜>");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_EQ(a.calls[0].name, "calculator");
+  EXPECT_EQ(a.calls[0].arguments_json, R"({"expression": "6 * 7"})");
+  EXPECT_TRUE(a.calls[0].error.empty());
+  EXPECT_EQ(loop.phase(), agent_phase::running_tools);
+
+  auto next = loop.tool_results({{a.calls[0].id, "42", false, 1.0}});
+  ASSERT_TRUE(next.ok()) << next.err().message;
+  auto text = tok->decode(*next);
+  EXPECT_EQ(*text, "<｜User｜><tool_result>42</tool_result><｜Assistant｜></think>");
+  EXPECT_EQ(loop.phase(), agent_phase::generating);
+
+  reply_action b = reply(loop, "6 * 7 = 42.<｜end▁of▁sentence｜>");
+  EXPECT_TRUE(b.calls.empty());
+  EXPECT_EQ(b.content, "6 * 7 = 42.");
+  EXPECT_EQ(loop.phase(), agent_phase::idle);
+
+  // The next user turn's delta starts right after the last EOS.
+  auto t2 = loop.begin_turn("thanks");
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(*tok->decode(*t2), "<｜User｜>thanks<｜Assistant｜></think>");
+}
+
+TEST(AgentLoop, ResultsGoInCallOrderWhateverOrderTheyArrive) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(loop.begin_turn("two sums").ok());
+  std::string two =
+      "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"calculator\">\n<｜DSML｜ parameter name=\"expression\" "
+      "string=\"true\">1+1</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n<｜DSML｜ invoke name=\"calculator\">\n<｜DSML｜ "
+      "parameter name=\"expression\" string=\"true\">2+2</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  reply_action a = reply(loop, two);
+  ASSERT_EQ(a.calls.size(), 2u);
+  auto next = loop.tool_results({{a.calls[1].id, "4", false, 0}, {a.calls[0].id, "2", false, 0}});
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*tok->decode(*next),
+            "<｜User｜><tool_result>2</tool_result>\n\n<tool_result>4</tool_result><｜Assistant｜></think>");
+}
+
+TEST(AgentLoop, UnknownToolAndMalformedCallBecomeErrorResults) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(loop.begin_turn("x").ok());
+  reply_action a = reply(loop,
+                         "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"rm_rf\">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_NE(a.calls[0].error.find("unknown tool 'rm_rf'"), std::string::npos);
+  ASSERT_TRUE(loop.tool_results({{a.calls[0].id, a.calls[0].error, true, 0}}).ok());
+
+  // A truncated DSML block with no complete call: the model still gets an error to read.
+  reply_action b = reply(loop, "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"calculator\">\n<｜DSML｜ parameter name=",
+                         /*stopped=*/false);
+  ASSERT_EQ(b.calls.size(), 1u);
+  EXPECT_NE(b.calls[0].error.find("malformed tool call"), std::string::npos) << b.calls[0].error;
+  auto next = loop.tool_results({{b.calls[0].id, b.calls[0].error, true, 0}});
+  ASSERT_TRUE(next.ok());
+  // The cut reply owes its EOS: the delta closes it first.
+  EXPECT_EQ((*next)[0], tok->eos_id());
+}
+
+TEST(AgentLoop, RoundLimitEndsTheTurn) {
+  auto tok = test::test_tokenizer();
+  agent_limits lim;
+  lim.max_tool_rounds = 1;
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, lim);
+  ASSERT_TRUE(loop.begin_turn("loop forever").ok());
+  reply_action a = reply(loop, calc_call("1+1"));
+  ASSERT_EQ(a.calls.size(), 1u);
+  ASSERT_TRUE(loop.tool_results({{a.calls[0].id, "2", false, 0}}).ok());
+  reply_action b = reply(loop, calc_call("2+2"));
+  EXPECT_TRUE(b.round_limit);
+  EXPECT_TRUE(b.calls.empty());
+  EXPECT_EQ(loop.phase(), agent_phase::idle);
+}
+
+TEST(AgentLoop, CancelWhileRunningToolsLeavesAValidTranscript) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(loop.begin_turn("x").ok());
+  reply_action a = reply(loop, calc_call("1/0"));
+  ASSERT_EQ(a.calls.size(), 1u);
+  loop.cancel();
+  EXPECT_EQ(loop.phase(), agent_phase::idle);
+  EXPECT_EQ(loop.messages().back().role, model::chat_role::tool);
+  EXPECT_EQ(loop.messages().back().content, "error: cancelled");
+  auto t = loop.begin_turn("next");
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(*tok->decode(*t), "<｜User｜><tool_result>error: cancelled</tool_result>\n\n" "next<｜Assistant｜></think>")
+      << "(the chat format merges the cancelled result into the next user turn)";
+}
+
+TEST(AgentLoop, RestoreContinuesWhereTheTranscriptEnds) {
+  auto tok = test::test_tokenizer();
+  agent_loop a(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(a.begin_turn("hello").ok());
+  reply(a, "hi there<｜end▁of▁sentence｜>");
+  agent_loop b(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(b.restore(a.messages(), true).ok());
+  auto ta = a.begin_turn("more");
+  auto tb = b.begin_turn("more");
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  EXPECT_EQ(*ta, *tb);
+}

@@ -1,0 +1,88 @@
+// The built-in tools against the data generator the default model was trained on
+// (tests/runtime/builtin_tools_golden.json, written from cedar_ref/data.py): the same schemas in
+// the system turn, the same calculator results and error texts.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/chat_format.hpp"
+#include "runtime/actors.hpp"
+#include "runtime/builtin_tools.hpp"
+#include "runtime_test_util.hpp"
+
+using namespace cedar;
+using njson = nlohmann::json;
+
+namespace {
+njson golden() {
+  std::ifstream f(test::src("tests/runtime/builtin_tools_golden.json"));
+  return njson::parse(f);
+}
+const tools::tool* find(const std::vector<tools::tool>& v, const std::string& n) {
+  for (const auto& t : v)
+    if (t.name == n) return &t;
+  return nullptr;
+}
+}  // namespace
+
+TEST(BuiltinTools, SchemasRenderExactlyAsInTraining) {
+  njson g = golden();
+  auto tools = runtime::builtin_tools(".");
+  ASSERT_EQ(tools.size(), g["schemas"].size());
+  for (auto it = g["schemas"].begin(); it != g["schemas"].end(); ++it) {
+    const tools::tool* t = find(tools, it.key());
+    ASSERT_NE(t, nullptr) << it.key();
+    auto ours = model::json_python_dump(runtime::tool_schema_json(*t));
+    ASSERT_TRUE(ours.ok());
+    EXPECT_EQ(*ours, it.value().get<std::string>()) << it.key();
+  }
+}
+
+TEST(BuiltinTools, CalculatorMatchesTheDataGenerator) {
+  njson g = golden();
+  auto tools = runtime::builtin_tools(".");
+  const tools::tool* calc = find(tools, "calculator");
+  ASSERT_NE(calc, nullptr);
+  for (const auto& c : g["calculator"]) {
+    std::string expr = c["expr"];
+    auto r = calc->invoke(njson{{"expression", expr}}, {});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->is_error, !c["ok"].get<bool>()) << expr;
+    EXPECT_EQ(r->to_text(), c["text"].get<std::string>()) << expr;
+  }
+  // Overflow is an error, never a wrong value.
+  auto big = runtime::calculate("99999999999999999999999999999999999999 * 99999999999999999999");
+  EXPECT_FALSE(big.ok());
+  auto missing = calc->invoke(njson::object(), {});
+  ASSERT_TRUE(missing.ok());
+  EXPECT_TRUE(missing->is_error);
+}
+
+TEST(BuiltinTools, NotesAndFilesStayInsideTheirRoot) {
+  test::temp_dir dir;
+  std::ofstream(dir.file("a.txt")) << "alpha";
+  std::filesystem::create_directories(dir.path / "sub");
+  std::ofstream(dir.file("sub/b.txt")) << "beta";
+  auto tools = runtime::builtin_tools(dir.path.string());
+  auto call = [&](const char* n, njson a) {
+    auto r = find(tools, n)->invoke(a, {});
+    EXPECT_TRUE(r.ok());
+    return *r;
+  };
+  EXPECT_EQ(call("file_read", {{"path", "a.txt"}}).to_text(), "alpha");
+  EXPECT_EQ(call("file_read", {{"path", "./sub/b.txt"}}).to_text(), "beta");
+  EXPECT_EQ(call("file_list", {{"path", "."}}).to_text(), "a.txt\nsub/");
+  for (const char* bad : {"../etc/passwd", "/etc/passwd", "sub/../../x"}) {
+    auto r = call("file_read", {{"path", bad}});
+    EXPECT_TRUE(r.is_error) << bad;
+  }
+  EXPECT_TRUE(call("file_read", {{"path", "nope.txt"}}).is_error);
+  EXPECT_EQ(call("notes_save", {{"key", "k"}, {"text", "v1"}}).to_text(), "saved note 'k'");
+  EXPECT_EQ(call("notes_read", {{"key", "k"}}).to_text(), "v1");
+  EXPECT_TRUE(call("notes_read", {{"key", "absent"}}).is_error);
+  std::string clock = call("clock", njson::object()).to_text();
+  EXPECT_EQ(clock.size(), std::string("2026-03-14 09:26 (").size() + clock.substr(18).size());
+  EXPECT_EQ(clock[4], '-');
+  EXPECT_EQ(clock.back(), ')');
+}
