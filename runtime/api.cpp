@@ -11,6 +11,7 @@
 #include "kernels/device.hpp"
 #include "model/config.hpp"
 #include "model/engine.hpp"
+#include "model/model_dir.hpp"
 #include "model/tokenizer.hpp"
 #include "runtime/actors.hpp"
 #include "runtime/builtin_tools.hpp"
@@ -103,25 +104,11 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
     p->model_hash = engine_hash(*o.engine);
   } else {
     if (o.model_dir.empty()) return make_error(errc::invalid_argument, "runtime: no model_dir given");
-    const std::string dir = o.model_dir;
-    auto cfg = model::load_model_config(dir + "/config.json");
-    if (!cfg) return cfg.take_err();
-    auto tok = model::tokenizer::load(dir + "/tokenizer.json");
-    if (!tok) return tok.take_err();
-    model::engine_options eo;
-    if (fs::exists(dir + "/token_map.npy")) {
-      auto tm = model::load_token_map_npy(dir + "/token_map.npy");
-      if (!tm) return tm.take_err();
-      eo.engram_token_map = std::move(*tm);
-    }
-    CEDAR_LOG_INFO("loading %s", dir.c_str());
-    auto e = model::engine::load(*cfg, dir + "/model.safetensors", std::move(eo));
-    if (!e) return e.take_err();
-    if (tok->vocab_size() > cfg->vocab_size)
-      return make_error(errc::mismatch, dir + ": tokenizer has " + std::to_string(tok->vocab_size()) +
-                                            " ids but the model's vocab_size is " + std::to_string(cfg->vocab_size));
-    p->engine = std::make_shared<const model::engine>(std::move(*e));
-    p->tok = std::make_shared<const model::tokenizer>(std::move(*tok));
+    auto m = model::load_model_dir(o.model_dir, /*need_tokenizer=*/true);
+    if (!m) return m.take_err();
+    p->engine = m->eng;
+    p->tok = m->tok;
+    const std::string& dir = o.model_dir;
     p->model_hash = model_dir_hash(dir);
   }
   if (o.store_path.empty()) return make_error(errc::invalid_argument, "runtime: no store_path given");

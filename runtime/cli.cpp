@@ -8,6 +8,7 @@
 #include "kernels/base/log.hpp"
 #include "kernels/device.hpp"
 #include "runtime/cmd_agent.hpp"
+#include "runtime/cmd_generate.hpp"
 #include "runtime/cmd_mcp.hpp"
 #include "runtime/cmd_model.hpp"
 #include "runtime/cmd_sessions.hpp"
@@ -32,6 +33,7 @@ int cli_main(int argc, char** argv) {
   add_sessions_commands(app, &exit_code);
 
   add_agent_commands(app, &exit_code);
+  add_generate_command(app, &exit_code);
 
   app.parse_complete_callback([&] {
     if (verbose) log_set_level(log_level::debug);

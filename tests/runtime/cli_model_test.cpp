@@ -64,3 +64,28 @@ TEST(CliModelInfo, HelpExitsZero) {
   r = run("model info --help");
   EXPECT_EQ(r.code, 0);
 }
+
+// `cedar generate` on the HF fixture reproduces its greedy ids (manifest.runs.quant.greedy_ids).
+TEST(CliGenerate, FixtureGreedyIds) {
+  std::string fx = src("tests/fixtures/deepseek-v41-tiny-A");
+  run_result r = run("generate --model " + fx + " --tokens " + fx + "/input_ids.npy --max-tokens 9 --mode full");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("223 303 206 489 217 47 282 374 121 "), std::string::npos) << r.out;
+  r = run("generate --model " + fx + " --tokens " + fx + "/input_ids.npy --max-tokens 2 --json --print-logits 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("{\"step\":0,\"token\":223,\"top\":[[223,"), std::string::npos) << r.out;
+}
+
+TEST(CliGenerate, BadInputsAreClearErrors) {
+  std::string fx = src("tests/fixtures/deepseek-v41-tiny-A");
+  run_result r = run("generate --model " + fx + " --tokens /nonexistent.npy");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("/nonexistent.npy"), std::string::npos) << r.out;
+  r = run("generate --model " + fx + " --prompt hi");  // the fixture has no tokenizer.json
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
+  r = run("generate --model /nonexistent-model --tokens " + fx + "/input_ids.npy");
+  EXPECT_EQ(r.code, 2);
+  r = run("generate --model " + fx + " --tokens " + fx + "/input_ids.npy --mode fast");
+  EXPECT_EQ(r.code, 2);
+}

@@ -111,7 +111,7 @@ TEST(Runtime, BadModelDirIsAClearError) {
   o.store_path = dir.file("s.db");
   auto rt = agent_runtime::open(o);
   ASSERT_FALSE(rt.ok());
-  EXPECT_NE(rt.err().message.find("config.json"), std::string::npos) << rt.err().message;
+  EXPECT_NE(rt.err().message.find("missing-model"), std::string::npos) << rt.err().message;
 }
 
 TEST(Runtime, SixtyFourConcurrentAgentsShareOneExecutor) {
