@@ -1,0 +1,589 @@
+"""Trainer of cedar's default model on cedar_ref.model (TRAINING_NOTES.md recipe, issue 6).
+
+What this owns
+  * init_model(): the TRAINING_NOTES initialisation (linears and router N(0, 0.02), mHC fn
+    N(0, 0.02) / base 0 / scale 0.01, Engram tables N(0, 0.02) with the value half of wkv zeroed
+    for an inert start, router bias 0 and outside autograd).
+  * param_groups(): AdamW groups — matrices (wd 0.1), no-decay (norms, sinks, mHC base/scale,
+    Engram q/k weights), Engram tables (lr x5, wd 0), indexer (own group, own clipping). The
+    router bias, the unused bias_vl and the Engram per-32 scales are not trained.
+  * Stage schedule (fractions of the steps): A dense global branch (top-k and candidate pool
+    cover everything) + FP8-SWA STE; B sparse top-k; C + FP4 STE of the compressed KV and the
+    indexer Q/K, the candidate pool, decoder bounded-replay simulation on ~half the rows and an
+    LR decay to 0.1x; the MoE bias is frozen for the last 5%.
+  * train_step(): full-sequence forward (cedar_ref.model internals, no edits to it), loss on
+    assistant tokens only, sequence-wise MoE balance loss (alpha 1e-4, counted over real tokens),
+    indexer KL per index source (teacher = its own layer's head-summed attention mass on the
+    compressed entries it selected, renormalised, detached; student = log-softmax of the index
+    scores over the same support; in stage A the support is every visible entry). The LM loss
+    backpropagates into everything but the indexer (top-k is integer: it cannot reach it); the
+    KL backpropagates ONLY into indexer parameters (autograd `inputs=`, equivalent to detaching
+    the indexer's inputs x, qr and the compressor latent). MoE bias update after each step:
+    b_i += gamma * sign(mean(load) - load_i) with loads over the whole batch per layer.
+  * Bounded-replay simulation (stage C): for up to `replay_rows` rows of a batch, the decoder
+    layers [fd, L) re-run on rows [P - W, T_b) of that row's encoder output with their SWA limited
+    to positions >= P - W and the global KV / index keys read from the full pass (exactly what
+    the runtime's CED prefill + decode computes for the last assistant turn starting at P);
+    that tail's assistant tokens add a second LM term.
+  * Batching: one sample per row, right-padded (pads are never attended by real tokens: causal),
+    rows grouped by length under a token budget and a T^2 budget (the reference attention is
+    dense in memory). No packing: the reference shares positions across a batch, so per-document
+    resets would need its internals changed.
+  * init_from(): continue from an exported checkpoint (bf16 safetensors widened into the fp32
+    masters, MoE router biases included); every tensor must be present with the model's shape.
+  * export(): bf16 safetensors under the official tensor names + config.json + token_map.npy.
+  * write_png(): matplotlib when importable, else a tiny numpy/zlib line-plot PNG writer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .model import DeepseekV41, QuantFlags, _Ctx
+from .safetensors_io import load_file
+from .state import SequenceState, SourceState
+
+BIG = 1 << 30
+
+
+# =============================================================================================
+# model setup
+# =============================================================================================
+
+def build_model(cfg: ModelConfig, seed=0, device="cpu"):
+    """Fresh model with the TRAINING_NOTES init; identity Engram token map (C++ default when
+    engram_compressed_vocab_size >= vocab_size)."""
+    if cfg.engram_layer_ids and cfg.engram_compressed_vocab_size < cfg.vocab_size:
+        raise ValueError("cedar's trained configs use an identity Engram token map: "
+                         "engram_compressed_vocab_size must be >= vocab_size")
+    torch.manual_seed(seed)
+    m = DeepseekV41(cfg, QuantFlags(fp8_swa=True, fp4_kv=False, fp4_index_k=False,
+                                    fp4_index_q=False, ste=True),
+                    token_map=np.arange(cfg.vocab_size))
+    init_model(m)
+    return m.to(device)
+
+
+@torch.no_grad()
+def init_model(m: DeepseekV41):
+    for name, p in m.named_parameters():
+        if name.endswith("hc_attn_fn") or name.endswith("hc_ffn_fn"):
+            p.normal_(0, 0.02)
+        elif name.endswith("_base"):
+            p.zero_()
+        elif name.endswith("_scale") and "hc_" in name:
+            p.fill_(0.01)
+        elif name.endswith("gate.weight"):
+            p.normal_(0, 0.02)
+        elif name.endswith("gate.bias") or name.endswith("gate.bias_vl"):
+            p.zero_()
+        elif ".engram.embed.weight" in name:
+            p.normal_(0, 0.02)
+        elif name == "embed.weight":
+            p.normal_(0, 1.0)
+        elif p.dim() == 2:
+            p.normal_(0, 0.02)
+    for blk in m.layers:
+        if blk.engram is not None:
+            d, hc = m.cfg.hidden_size, m.cfg.hc_mult
+            blk.engram.wkv.weight[hc * d:].zero_()
+    for name, p in m.named_parameters():
+        if not trainable(name):
+            p.requires_grad_(False)
+
+
+@torch.no_grad()
+def init_from(m: DeepseekV41, model_dir):
+    """Loads model_dir/model.safetensors (official names, bf16 or fp32) into m's parameters and
+    buffers in place (fp32 masters; the router biases come from the checkpoint too). Strict:
+    raises ValueError naming missing, unexpected or wrongly shaped tensors. -> tensor count."""
+    path = os.path.join(model_dir, "model.safetensors")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--init-from: no model.safetensors in {model_dir}")
+    tensors = load_file(path)
+    sd = m.state_dict()
+    missing = [k for k in sd if k not in tensors]
+    unexpected = [k for k in tensors if k not in sd]
+    bad = [f"{k} {tuple(tensors[k].shape)} != model {tuple(sd[k].shape)}"
+           for k in sd if k in tensors and tuple(tensors[k].shape) != tuple(sd[k].shape)]
+    if missing or unexpected or bad:
+        raise ValueError(f"{path} does not match the model config: "
+                         f"{len(missing)} missing {missing[:6]}, {len(unexpected)} unexpected "
+                         f"{unexpected[:6]}, {len(bad)} wrong shapes {bad[:6]}")
+    tm = os.path.join(model_dir, "token_map.npy")
+    if os.path.isfile(tm):
+        got = np.load(tm)
+        if not np.array_equal(got, np.arange(len(got))) or len(got) != m.cfg.vocab_size:
+            raise ValueError(f"{tm}: cedar's trainer uses an identity Engram token map of "
+                             f"{m.cfg.vocab_size} ids")
+    for k, v in sd.items():
+        v.copy_(torch.from_numpy(tensors[k]).to(device=v.device, dtype=v.dtype))
+    return len(sd)
+
+
+def trainable(name):
+    return not (name.endswith("gate.bias") or name.endswith("gate.bias_vl")
+                or name.endswith("engram.embed.scale"))
+
+
+def is_indexer(name):
+    return ".attn.indexer." in name
+
+
+def param_groups(m: DeepseekV41, lr, wd=0.1, engram_lr_mult=5.0):
+    groups = {"matrix": [], "nodecay": [], "engram_table": [], "indexer": []}
+    for name, p in m.named_parameters():
+        if not p.requires_grad:
+            continue
+        if is_indexer(name):
+            groups["indexer"].append(p)
+        elif ".engram.embed.weight" in name:
+            groups["engram_table"].append(p)
+        elif p.dim() >= 2 and not (name.endswith("q_weight") or name.endswith("k_weight")):
+            groups["matrix"].append(p)
+        else:
+            groups["nodecay"].append(p)
+    return [
+        {"params": groups["matrix"], "weight_decay": wd, "lr_mult": 1.0, "name": "matrix"},
+        {"params": groups["nodecay"], "weight_decay": 0.0, "lr_mult": 1.0, "name": "nodecay"},
+        {"params": groups["engram_table"], "weight_decay": 0.0, "lr_mult": engram_lr_mult,
+         "name": "engram_table"},
+        {"params": groups["indexer"], "weight_decay": 0.0, "lr_mult": 1.0, "name": "indexer"},
+    ]
+
+
+def _moe_forward_dense(self, x):
+    """Same function as model.MoE.forward without its per-expert host syncs (`rows.numel()`):
+    every expert runs on every token with a per-token weight that is 0 where it was not
+    selected (Expert is linear in that weight). ~E/K x the expert FLOPs, no data-dependent
+    shapes: the GPU queue never drains inside the forward."""
+    shape = x.shape
+    flat = x.reshape(-1, shape[-1])
+    w, idx = self.gate(flat)
+    E = len(self.experts)
+    dense_w = torch.zeros(flat.shape[0], E, device=flat.device, dtype=w.dtype)
+    dense_w.scatter_add_(1, idx, w)
+    y = self.shared_experts(flat).float()
+    for e, expert in enumerate(self.experts):
+        y = y + expert(flat, dense_w[:, e:e + 1]).float()
+    return y.view(shape)
+
+
+def use_dense_moe(m: DeepseekV41):
+    """Training speed-up: bind the sync-free MoE forward on this model's MoE instances only."""
+    import types
+    for blk in m.layers:
+        blk.ffn.forward = types.MethodType(_moe_forward_dense, blk.ffn)
+
+
+# =============================================================================================
+# schedule
+# =============================================================================================
+
+@dataclass
+class Schedule:
+    steps: int
+    dense_frac: float = 0.12
+    stage_c_frac: float = 0.70
+    warmup_frac: float = 0.03
+    bias_freeze_frac: float = 0.95
+    final_lr_mult: float = 0.1
+
+    def stage(self, step):
+        f = step / max(1, self.steps)
+        return "A" if f < self.dense_frac else ("B" if f < self.stage_c_frac else "C")
+
+    def lr_mult(self, step):
+        f = step / max(1, self.steps)
+        if f < self.warmup_frac:
+            return (step + 1) / max(1, int(self.warmup_frac * self.steps) + 1)
+        if f < self.stage_c_frac:
+            return 1.0
+        t = (f - self.stage_c_frac) / max(1e-9, 1 - self.stage_c_frac)
+        return self.final_lr_mult + (1 - self.final_lr_mult) * 0.5 * (1 + math.cos(math.pi * t))
+
+    def bias_frozen(self, step):
+        return step / max(1, self.steps) >= self.bias_freeze_frac
+
+
+def apply_stage(m: DeepseekV41, stage: str, base_cfg: Dict[str, int]):
+    """Mutates the shared config / quant flags the modules read at every forward."""
+    cfg, q = m.cfg, m.quant
+    q.ste = True
+    q.fp8_swa = True
+    if stage == "A":
+        cfg.index_topk = BIG
+        cfg.candidate_topk_blocks = BIG
+    else:
+        cfg.index_topk = base_cfg["index_topk"]
+        cfg.candidate_topk_blocks = base_cfg["candidate_topk_blocks"] if stage == "C" else BIG
+    fp4 = stage == "C"
+    q.fp4_kv = q.fp4_index_k = q.fp4_index_q = fp4
+
+
+def serving_mode(m: DeepseekV41, base_cfg: Dict[str, int], quant=True):
+    cfg = m.cfg
+    cfg.index_topk = base_cfg["index_topk"]
+    cfg.candidate_topk_blocks = base_cfg["candidate_topk_blocks"]
+    m.quant.fp8_swa = m.quant.fp4_kv = m.quant.fp4_index_k = m.quant.fp4_index_q = quant
+    m.quant.ste = False
+
+
+# =============================================================================================
+# MoE load tracking (forward hooks on the gates)
+# =============================================================================================
+
+class MoETracker:
+    """Counts per-layer expert loads over real tokens and builds the sequence-wise balance
+    loss; hooks fire on every Gate forward while `active`."""
+
+    def __init__(self, m: DeepseekV41, alpha=1e-4):
+        self.m = m
+        self.alpha = alpha
+        self.active = False
+        self.valid = None  # bool [B*T] of the current forward
+        self.B = 1
+        E = m.cfg.n_routed_experts
+        self.loads = torch.zeros(len(m.layers), E, device=m.head.weight.device)
+        self.aux = []
+        for l, blk in enumerate(m.layers):
+            blk.ffn.gate.register_forward_hook(self._hook(l))
+
+    def _hook(self, l):
+        def hook(gate, inputs, output):
+            if not self.active:
+                return
+            cfg = gate.cfg
+            flat = inputs[0]
+            _, idx = output
+            E, K = cfg.n_routed_experts, cfg.num_experts_per_tok
+            valid = self.valid
+            onehot = F.one_hot(idx, E).sum(1).float()  # [N, E]
+            if valid is not None:
+                onehot = onehot * valid[:, None]
+            with torch.no_grad():
+                self.loads[l] += onehot.sum(0)
+            if self.alpha > 0:
+                s = torch.sqrt(F.softplus(F.linear(flat.float(), gate.weight.float()) / cfg.gate_temp))
+                s = s / (s.sum(-1, keepdim=True) + 1e-20)
+                B = self.B
+                v = valid.view(B, -1).float() if valid is not None else torch.ones(B, flat.shape[0] // B, device=flat.device)
+                n = v.sum(1).clamp_min(1)  # [B]
+                P = (s.view(B, -1, E) * v[..., None]).sum(1) / n[:, None]
+                f = (onehot.view(B, -1, E).sum(1) * E / (K * n[:, None])).detach()
+                self.aux.append(self.alpha * (f * P).sum(-1).mean())
+        return hook
+
+    def reset(self):
+        self.loads.zero_()
+        self.aux = []
+
+    @torch.no_grad()
+    def update_bias(self, gamma):
+        """b_i += gamma * sign(mean(load) - load_i); returns per-layer MaxVio."""
+        vio = []
+        for l, blk in enumerate(self.m.layers):
+            load = self.loads[l]
+            if load.sum() == 0:
+                continue
+            blk.ffn.gate.bias += gamma * torch.sign(load.mean() - load)
+            vio.append(float(load.max() / load.mean().clamp_min(1e-9) - 1))
+        return vio
+
+
+# =============================================================================================
+# forward + losses
+# =============================================================================================
+
+def full_forward(m: DeepseekV41, ids, trace):
+    """Full-sequence training forward; also returns the decoder-entry residual and pre-mix for
+    the bounded-replay tail. -> logits [B, T, V], state, X_fd, pre_fd."""
+    cfg = m.cfg
+    B, T = ids.shape
+    fd, L = cfg.first_decoder_layer, cfg.num_hidden_layers
+    state = m.new_state(B)
+    pos = m._positions(state, T)
+    ctx = _Ctx(m, state, pos, True, trace, None)
+    X, pre, h = m._embed(ids, pos, state)
+    X, pre = m._run(X, pre, h, ctx, 0, fd)
+    Xd, pred = X, pre
+    X, pre = m._run(X, pre, h, ctx, fd, L)
+    state.n_past += T
+    return m._head(X, pre), state, Xd, pred
+
+
+def replay_tail(m: DeepseekV41, state, Xd, pred, b, start, end):
+    """Decoder layers over rows [start, end) of row b, SWA limited to >= start, global KV from
+    the full pass (CED prefill tail + decode). -> logits [1, end-start, V]."""
+    cfg = m.cfg
+    fd, L = cfg.first_decoder_layer, cfg.num_hidden_layers
+    st = SequenceState(cfg, 1, Xd.device)
+    for s, src in state.sources.items():
+        st.sources[s] = SourceState(src.ratio, src.kv[b:b + 1], src.index_k[b:b + 1],
+                                    src.pending_kv[b:b + 1],
+                                    None if src.pending_gate is None else src.pending_gate[b:b + 1])
+    pos = torch.arange(start, end, device=Xd.device)
+    ctx = _Ctx(m, st, pos, False, None, torch.full_like(pos, start))
+    Xt, pret = m._run(Xd[b:b + 1, start:end], pred[b:b + 1, start:end], None, ctx, fd, L)
+    return m._head(Xt, pret)
+
+
+def lm_loss(logits, ids, mask):
+    """Mean CE over positions whose TARGET is an assistant token. logits [B,T,V], ids/mask [B,T]."""
+    tgt = ids[:, 1:]
+    w = mask[:, 1:].float()
+    ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tgt.reshape(-1),
+                         reduction="none").view_as(w)
+    return (ce * w).sum() / w.sum().clamp_min(1), w.sum()
+
+
+def indexer_kl(trace, valid_rows):
+    """Sum over index sources of the mean-over-rows KL(teacher || student). valid_rows [B, T]."""
+    total, stats = 0.0, {}
+    for l, score in trace.get("index_scores", {}).items():
+        cp = trace.get("compressed_probs", {}).get(l)
+        if cp is None:
+            continue
+        sel = trace["topk"][l]
+        with torch.no_grad():
+            mass = cp.detach().float()
+            z = mass.sum(-1, keepdim=True)
+            p = mass / z.clamp_min(1e-20)
+            rows = (z.squeeze(-1) > 1e-12) & valid_rows
+        s = score.float().masked_fill(~sel, float("-inf"))
+        logq = torch.log_softmax(s, -1)
+        logq = torch.where(p > 0, logq, torch.zeros_like(logq))
+        plogp = torch.where(p > 0, p * torch.log(p.clamp_min(1e-30)), torch.zeros_like(p))
+        kl = (plogp - p * logq).sum(-1)  # [B, T]
+        n = rows.sum().clamp_min(1)
+        kl_l = (kl * rows).sum() / n
+        total = total + kl_l
+        stats[l] = float(kl_l.detach())
+    return total, stats
+
+
+@dataclass
+class StepOut:
+    loss: float
+    lm: float
+    kl: float
+    aux: float
+    replay_lm: float
+    tokens: int
+    maxvio: float
+    kl_layers: Dict[int, float] = field(default_factory=dict)
+
+
+def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, autocast=None,
+               rng=None, update_bias=True):
+    """One optimizer step on batch = (ids [B,T] long, mask [B,T] uint8, lens [B], starts [B]).
+    starts[b] = position of the first token of row b's last assistant turn."""
+    ids, mask, lens, starts = batch
+    dev = ids.device
+    B, T = ids.shape
+    W = m.cfg.sliding_window
+    valid = torch.arange(T, device=dev)[None, :] < lens[:, None]
+    tracker.reset()
+    tracker.active = True
+    tracker.valid = valid.reshape(-1)
+    tracker.B = B
+    trace = {"compressed_probs": {}}
+    ctxmgr = autocast() if autocast else _nullctx()
+    with ctxmgr:
+        logits, state, Xd, pred = full_forward(m, ids, trace)
+        lm, ntok = lm_loss(logits, ids, mask)
+        aux = sum(tracker.aux) if tracker.aux else torch.zeros((), device=dev)
+        tracker.active = False
+        replay_lm = torch.zeros((), device=dev)
+        n_rep = 0
+        if stage == "C" and replay_rows > 0:
+            rows = [b for b in range(B) if int(starts[b]) >= W and rng.random() < 0.5][:replay_rows]
+            for b in rows:
+                s, e = int(starts[b]) - W, int(lens[b])
+                lt = replay_tail(m, state, Xd, pred, b, s, e)
+                rl, _ = lm_loss(lt, ids[b:b + 1, s:e], mask[b:b + 1, s:e])
+                replay_lm = replay_lm + rl
+                n_rep += 1
+            if n_rep:
+                replay_lm = replay_lm / n_rep
+        kl, kl_stats = indexer_kl(trace, valid)
+    backbone_loss = lm + aux + replay_lm
+    opt.zero_grad(set_to_none=True)
+    idx_params = [p for g in opt.param_groups if g["name"] == "indexer" for p in g["params"]]
+    other = [p for g in opt.param_groups if g["name"] != "indexer" for p in g["params"]]
+    backbone_loss.backward(retain_graph=torch.is_tensor(kl))
+    if torch.is_tensor(kl) and kl.requires_grad:
+        kl.backward(inputs=idx_params)
+    torch.nn.utils.clip_grad_norm_(other, clip)
+    torch.nn.utils.clip_grad_norm_(idx_params, clip)
+    opt.step()
+    vio = tracker.update_bias(gamma if update_bias else 0.0)
+    return StepOut(float(backbone_loss.detach()), float(lm.detach()), float(kl.detach()) if torch.is_tensor(kl) else 0.0,
+                   float(aux.detach()) if torch.is_tensor(aux) else 0.0, float(replay_lm.detach()),
+                   int(ntok), max(vio) if vio else 0.0, kl_stats)
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+# =============================================================================================
+# batching
+# =============================================================================================
+
+def make_batches(items, max_tokens, max_sq, pad_to=64, rng=None):
+    """items: list of (ids, mask, start). Groups by length under B*Tpad <= max_tokens and
+    B*Tpad^2 <= max_sq. -> list of lists of items (order shuffled by rng)."""
+    items = sorted(items, key=lambda it: len(it[0]))
+    out, cur = [], []
+    for it in items:
+        Tp = -(-len(it[0]) // pad_to) * pad_to
+        n = len(cur) + 1
+        if cur and (n * Tp > max_tokens or n * Tp * Tp > max_sq):
+            out.append(cur)
+            cur = []
+        cur.append(it)
+    if cur:
+        out.append(cur)
+    if rng is not None:
+        rng.shuffle(out)
+    return out
+
+
+def collate(group, pad_id, device, pad_to=64):
+    T = -(-max(len(it[0]) for it in group) // pad_to) * pad_to
+    B = len(group)
+    ids = np.full((B, T), pad_id, np.int64)
+    mask = np.zeros((B, T), np.uint8)
+    lens = np.zeros(B, np.int64)
+    starts = np.zeros(B, np.int64)
+    for b, (i, mk, st) in enumerate(group):
+        ids[b, :len(i)] = i
+        mask[b, :len(mk)] = mk
+        lens[b] = len(i)
+        starts[b] = st
+    t = lambda a: torch.from_numpy(a).to(device)
+    return t(ids), t(mask), t(lens), t(starts)
+
+
+def last_turn_start(mask):
+    """First position of the last contiguous run of assistant tokens."""
+    k = len(mask) - 1
+    while k > 0 and not mask[k]:
+        k -= 1
+    while k > 0 and mask[k - 1]:
+        k -= 1
+    return k
+
+
+# =============================================================================================
+# export
+# =============================================================================================
+
+def _bf16_bits(a: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 bit patterns, round to nearest even."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u >> 16) & 1) + 0x7FFF
+    return ((u + r) >> 16).astype(np.uint16)
+
+
+def save_bf16_safetensors(tensors: Dict[str, np.ndarray], path, metadata=None):
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        blob = _bf16_bits(tensors[name]).astype("<u2").tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape),
+                        "data_offsets": [off, off + len(blob)]}
+        blobs.append(blob)
+        off += len(blob)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def export(m: DeepseekV41, config_path, out_dir, base_cfg, metadata=None):
+    """Writes out_dir/{config.json, model.safetensors (bf16), token_map.npy}."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(config_path) as f:
+        conf = json.load(f)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(conf, f, indent=2)
+        f.write("\n")
+    sd = {k: v.detach().float().cpu().numpy() for k, v in m.state_dict().items()}
+    save_bf16_safetensors(sd, os.path.join(out_dir, "model.safetensors"), metadata)
+    np.save(os.path.join(out_dir, "token_map.npy"), np.arange(m.cfg.vocab_size, dtype=np.int64))
+
+
+# =============================================================================================
+# loss-curve PNG
+# =============================================================================================
+
+def write_png(path, series: Dict[str, List[float]], xs: List[float], title=""):
+    """Line plot of each series against xs. matplotlib when available, else a plain PNG."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+        for k, ys in series.items():
+            ax.plot(xs[:len(ys)], ys, label=k, linewidth=1.2)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return "matplotlib"
+    except ImportError:
+        pass
+    W, H, pad = 800, 450, 40
+    img = np.full((H, W, 3), 255, np.uint8)
+    img[H - pad, pad:W - pad] = 0
+    img[pad:H - pad, pad] = 0
+    colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
+    allv = [math.log10(max(y, 1e-6)) for ys in series.values() for y in ys]
+    if allv and xs:
+        lo, hi = min(allv), max(allv)
+        hi = hi if hi > lo else lo + 1
+        x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+        for ci, ys in enumerate(series.values()):
+            pts = [(pad + (x - x0) / (x1 - x0) * (W - 2 * pad),
+                    H - pad - (math.log10(max(y, 1e-6)) - lo) / (hi - lo) * (H - 2 * pad))
+                   for x, y in zip(xs, ys)]
+            for (ax_, ay), (bx, by) in zip(pts, pts[1:]):
+                n = int(max(abs(bx - ax_), abs(by - ay))) + 1
+                for t in np.linspace(0, 1, n):
+                    px, py = int(ax_ + t * (bx - ax_)), int(ay + t * (by - ay))
+                    img[max(py - 1, 0):py + 1, max(px - 1, 0):px + 1] = colors[ci % 4]
+    raw = b"".join(b"\x00" + img[y].tobytes() for y in range(H))
+
+    def chunk(tag, data):
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2, 0, 0, 0)) \
+        + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+    with open(path, "wb") as f:
+        f.write(png)
+    return "png-writer"

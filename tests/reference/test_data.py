@@ -1,0 +1,186 @@
+"""Tests of cedar_ref/data.py: the synthetic agent transcripts of the default model.
+
+Determinism, held-out disjointness (templates and value pools), tool results computed for real,
+every sample rendering to the V4.1 format and parsing back (DSML round trip), and the loss
+mask covering exactly the assistant turns."""
+
+import json
+import re
+import unittest
+from fractions import Fraction
+
+import _paths  # noqa: F401  (sys.path, thread count)
+from cedar_ref import bpe, chat, data
+
+N = 40  # samples per split in the sweeps (recall sessions are long; keep the suite fast)
+
+
+def _samples(split, n=N, seed=5):
+    fams = data.FAMILIES
+    # every family, round robin, plus the natural mix
+    out = [data.make_sample(seed, i, split, fams[i % len(fams)], (300, 900)) for i in range(n)]
+    out += [data.make_sample(seed, 1000 + i, split, None, (300, 900)) for i in range(6)]
+    return out
+
+
+class GeneratorTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.train = _samples("train")
+        cls.heldout = _samples("heldout")
+
+    def test_deterministic(self):
+        for i in (0, 3, 11):
+            a = data.make_sample(9, i, "train")
+            b = data.make_sample(9, i, "train")
+            self.assertEqual(json.dumps(a, sort_keys=True), json.dumps(b, sort_keys=True))
+        self.assertNotEqual(json.dumps(data.make_sample(9, 0, "train")),
+                            json.dumps(data.make_sample(9, 1, "train")))
+
+    def test_all_families_present_and_recall_is_far(self):
+        fams = {s["family"] for s in self.train}
+        self.assertEqual(fams, set(data.FAMILIES))
+        s = data.make_sample(2, 0, "train", "recall", (3000, 3500))
+        self.assertGreaterEqual(s["distance_chars"], 3000)
+        prompt = data.prompt_text(s)
+        self.assertIn(s["expect"], prompt[:len(prompt) - 3000])  # the value is far back
+        self.assertGreater(data.FAMILY_WEIGHTS["recall"], 0.3)
+
+    def test_heldout_templates_never_in_train(self):
+        def rx(t):
+            parts = re.split(r"\{\w+\}", t)
+            return re.compile("^" + "(.+?)".join(re.escape(p) for p in parts) + "$", re.S)
+        held = [rx(t) for key, (train_t, held_t) in data.T.items() if key.endswith("_q")
+                for t in held_t if t not in train_t]
+        users = [m["content"] for s in self.train for m in s["messages"] if m["role"] == "user"]
+        self.assertGreater(len(users), 50)
+        for u in users:
+            for r in held:
+                self.assertIsNone(r.match(u), f"train message {u!r} uses a held-out template")
+
+    def test_heldout_values_disjoint(self):
+        held_names = {n for i, n in enumerate(data.NAMES) if i % 5 == 0}
+        train_names = set(data.NAMES) - held_names
+        for s in self.train:
+            text = json.dumps(s["messages"])
+            for n in held_names:
+                self.assertIsNone(re.search(r"\b%s\b" % n, text), f"{n} in a train sample")
+        for s in self.heldout:
+            text = json.dumps(s["messages"])
+            for n in train_names:
+                self.assertIsNone(re.search(r"\b%s\b" % n, text), f"{n} in a held-out sample")
+        r_train = data.Values(__import__("random").Random(1), "train")
+        r_held = data.Values(__import__("random").Random(1), "heldout")
+        tw = {r_train.word() for _ in range(300)}
+        hw = {r_held.word() for _ in range(300)}
+        self.assertFalse(tw & hw)
+        self.assertEqual(len({s["id"] for s in self.train} & {s["id"] for s in self.heldout}), 0)
+
+    def test_tool_results_are_computed(self):
+        n_calc = n_read = 0
+        for s in self.train + self.heldout:
+            calls = {}
+            for m in s["messages"]:
+                if m["role"] == "assistant":
+                    for tc in m.get("tool_calls") or []:
+                        calls[tc["id"]] = tc["function"]
+                elif m["role"] == "tool":
+                    fn = calls[m["tool_call_id"]]
+                    if fn["name"] == "calculator":
+                        expr = fn["arguments"]["expression"]
+                        if re.fullmatch(r"[0-9 ()+\-*/]+", expr):
+                            # an independent evaluation (Python on Fractions)
+                            val = eval(re.sub(r"(\d+)", r"Fraction(\1)", expr),
+                                       {"Fraction": Fraction})
+                            self.assertEqual(m["content"], data.format_number(val))
+                            n_calc += 1
+                        else:
+                            self.assertTrue(m["content"].startswith("error:"))
+                    elif fn["name"] in ("file_read", data.MCP_PREFIX + "read_text_file"):
+                        p = fn["arguments"]["path"]
+                        rel = p[len(data.MCP_ROOT) + 1:] if p.startswith(data.MCP_ROOT + "/") else p
+                        if rel in s["world"]["files"]:
+                            self.assertEqual(m["content"], s["world"]["files"][rel])
+                            n_read += 1
+                        else:
+                            self.assertRegex(m["content"], r"^(error: no such file|Error: ENOENT)")
+        self.assertGreater(n_calc, 10)
+        self.assertGreater(n_read, 10)
+
+    def test_expected_answer_in_final_turn(self):
+        for s in self.train + self.heldout:
+            final = s["messages"][-1]
+            self.assertEqual(final["role"], "assistant")
+            self.assertFalse(final.get("tool_calls"))
+            self.assertIn(s["expect"], final["content"], s["id"])
+
+    def test_render_parse_round_trip_and_mask(self):
+        tok = bpe.Tokenizer.load(_paths.os.path.join(_paths.ROOT, "config", "default-model", "tokenizer.json"))
+        for s in self.train[:20] + self.heldout[:10]:
+            segs = data.render_sample(s["messages"])
+            self.assertEqual("".join(t for t, _ in segs), chat.encode_messages(s["messages"]))
+            asst = [m for m in s["messages"] if m["role"] == "assistant"]
+            asst_segs = [t for t, a in segs if a]
+            self.assertEqual(len(asst), len(asst_segs))
+            for m, text in zip(asst, asst_segs):
+                self.assertTrue(text.endswith(bpe.EOS))
+                p = chat.parse_output(text[:-len(bpe.EOS)])
+                self.assertEqual(p["errors"], [])
+                self.assertEqual(p["content"], m["content"])
+                want = [(tc["function"]["name"], tc["function"]["arguments"])
+                        for tc in m.get("tool_calls") or []]
+                got = [(c["name"], json.loads(c["arguments"])) for c in p["calls"]]
+                self.assertEqual(got, want)
+            ids, mask = data.tokenize_sample(tok, s["messages"])
+            self.assertEqual(ids, tok.encode(chat.encode_messages(s["messages"])))
+            masked = tok.decode([i for i, k in zip(ids, mask) if k])
+            self.assertEqual(masked, "".join(asst_segs))
+            self.assertTrue(data.check_generation_prefix(data.prompt_text(s)))
+
+
+class ToolTest(unittest.TestCase):
+    def test_calculator(self):
+        w = data.new_world()
+        run = lambda e: data.run_tool("calculator", {"expression": e}, w)  # noqa: E731
+        self.assertEqual(run("2 + 3 * 4"), ("14", False))
+        self.assertEqual(run("(2 + 3) * 4"), ("20", False))
+        self.assertEqual(run("7 / 2"), ("3.5", False))
+        self.assertEqual(run("1 / 3"), ("0.3333", False))
+        self.assertEqual(run("-4 * -5"), ("20", False))
+        self.assertEqual(run("12 x 7"), ("error: unexpected character 'x' at position 4", True))
+        self.assertEqual(run("5 / 0"), ("error: division by zero", True))
+        self.assertTrue(run("(1 + 2")[1])
+        self.assertEqual(data.run_tool("calculator", {}, w)[1], True)
+
+    def test_files_notes_clock_and_mcp(self):
+        w = data.new_world("2026-01-02 03:04")
+        w["files"].update({"a.txt": "x\ny\nz", "d/b.conf": "port = 1", "d/e/c.md": "hi"})
+        self.assertEqual(data.run_tool("file_read", {"path": "a.txt"}, w), ("x\ny\nz", False))
+        self.assertEqual(data.run_tool("file_list", {"path": "."}, w), ("a.txt\nd/", False))
+        self.assertEqual(data.run_tool("file_list", {"path": "d"}, w), ("b.conf\ne/", False))
+        self.assertTrue(data.run_tool("file_read", {"path": "nope"}, w)[1])
+        self.assertEqual(data.run_tool("clock", {}, w), ("2026-01-02 03:04", False))
+        self.assertTrue(data.run_tool("notes_read", {"key": "k"}, w)[1])
+        data.run_tool("notes_save", {"key": "k", "text": "v"}, w)
+        self.assertEqual(data.run_tool("notes_read", {"key": "k"}, w), ("v", False))
+        P = data.MCP_PREFIX
+        self.assertEqual(data.run_tool(P + "list_directory", {"path": "/data/d"}, w),
+                         ("[FILE] b.conf\n[DIR] e", False))
+        self.assertEqual(data.run_tool(P + "read_text_file", {"path": "/data/a.txt", "head": 2}, w),
+                         ("x\ny", False))
+        self.assertEqual(data.run_tool(P + "read_text_file", {"path": "/data/a.txt", "tail": 1}, w),
+                         ("z", False))
+        self.assertTrue(data.run_tool(P + "read_text_file", {"path": "/etc/passwd"}, w)[1])
+        self.assertEqual(data.run_tool(P + "search_files", {"path": "/data", "pattern": "**/*.md"}, w),
+                         ("/data/d/e/c.md", False))
+        self.assertEqual(data.run_tool(P + "write_file", {"path": "/data/n.txt", "content": "q"}, w),
+                         ("Successfully wrote to /data/n.txt", False))
+        self.assertEqual(w["files"]["n.txt"], "q")
+        self.assertTrue(data.run_tool("no_such_tool", {}, w)[1])
+        for name, schema in data.TOOL_SCHEMAS.items():
+            self.assertEqual(schema["function"]["name"], name)
+        self.assertTrue(all(n.startswith("filesystem__") for n in data.MCP_TOOLS))
+
+
+if __name__ == "__main__":
+    unittest.main()

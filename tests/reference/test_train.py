@@ -1,0 +1,225 @@
+"""Tests of the trainer (cedar_ref/train_core.py) on a micro config keeping every layer mode:
+a few steps reduce the loss, the gradient audit of TRAINING_NOTES §0, the bounded-replay tail
+equals the reference's CED prefill, the bf16 export loads back, the PNG writer."""
+
+import json
+import os
+import random
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+import _paths  # noqa: F401
+from cedar_ref import train_core as TC
+from cedar_ref.config import ModelConfig
+from cedar_ref.engram import engram_primes
+from cedar_ref.model import QuantFlags, load_model
+
+VOCAB = 97
+
+
+def micro_cfg():
+    with open(os.path.join(_paths.ROOT, "config", "cedar-agent-tiny.json")) as f:
+        c = json.load(f)
+    t = c["text_config"]
+    t.update(vocab_size=VOCAB, hidden_size=32, moe_intermediate_size=16, head_dim=32,
+             qk_rope_head_dim=8, q_lora_rank=16, o_lora_rank=8, o_groups=2,
+             num_attention_heads=2, sliding_window=8, index_n_heads=2, index_head_dim=32,
+             index_topk=4, candidate_topk_blocks=2, candidate_block_size=4,
+             engram_vocab_size=31, engram_head_dim=32, engram_compressed_vocab_size=VOCAB)
+    cfg = ModelConfig.from_dict(c)
+    t["engram_num_embeddings"] = [sum(p for per in l for p in per) for l in engram_primes(cfg)]
+    return c
+
+
+def batch(B=2, T=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (B, T), generator=g)
+    mask = torch.zeros(B, T, dtype=torch.uint8)
+    mask[:, T // 2:] = 1  # "assistant" half
+    lens = torch.tensor([T - 8 * (b % 2) for b in range(B)])
+    starts = torch.full((B,), T // 2)
+    for b in range(B):
+        mask[b, int(lens[b]):] = 0
+    return ids, mask, lens, starts
+
+
+class TrainTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.conf = micro_cfg()
+        cls.cfg = lambda self=None: ModelConfig.from_dict(cls.conf)
+
+    def fresh(self, seed=0):
+        m = TC.build_model(ModelConfig.from_dict(self.conf), seed)
+        opt = torch.optim.AdamW(TC.param_groups(m, 3e-3), lr=3e-3, betas=(0.9, 0.95))
+        for g in opt.param_groups:
+            g["lr"] = 3e-3 * g["lr_mult"]
+        return m, opt, TC.MoETracker(m)
+
+    def test_layer_modes_of_the_shipped_config(self):
+        cfg = ModelConfig.from_json(os.path.join(_paths.ROOT, "config", "cedar-agent-tiny.json"))
+        modes = [cfg.layer_mode(l) for l in range(cfg.num_hidden_layers)]
+        self.assertEqual(set(modes), {"swa", "full", "reuse", "reindex"})
+        fd = cfg.first_decoder_layer
+        self.assertEqual({cfg.compress_ratios[l] for l in range(fd)} - {0}, {2})
+        self.assertEqual({cfg.compress_ratios[l] for l in range(fd, cfg.num_hidden_layers)}, {1})
+        self.assertTrue(any(cfg.layer_mode(l) == "reindex" for l in range(fd, cfg.num_hidden_layers)))
+        self.assertTrue(all(l < fd for l in cfg.engram_layer_ids))
+        self.assertIn("swa", [cfg.layer_mode(l) for l in cfg.engram_layer_ids])
+        self.assertGreaterEqual(cfg.candidate_source_layer_id, fd)
+        self.assertEqual(cfg.hc_mult, 4)
+        self.assertEqual(cfg.n_shared_experts, 1)
+
+    def test_steps_reduce_loss_in_every_stage(self):
+        m, opt, tr = self.fresh()
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        b = batch()
+        rng = random.Random(0)
+        losses = []
+        for step, stage in enumerate(["A"] * 4 + ["B"] * 4 + ["C"] * 4):
+            TC.apply_stage(m, stage, base)
+            out = TC.train_step(m, opt, tr, b, stage, 1e-3, replay_rows=2, rng=rng)
+            self.assertTrue(np.isfinite(out.loss))
+            losses.append(out.lm)
+            if stage == "C":
+                self.assertTrue(m.quant.fp4_kv and m.quant.fp4_index_q)
+        self.assertLess(losses[-1], losses[0] - 0.2)
+        self.assertGreater(out.kl, 0.0)
+
+    def test_gradient_audit(self):
+        m, opt, tr = self.fresh(1)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        TC.apply_stage(m, "B", base)
+        b = batch()
+        bias0 = [blk.ffn.gate.bias.clone() for blk in m.layers]
+        TC.train_step(m, opt, tr, b, "B", 1e-3, rng=random.Random(0))  # one step off the init
+        ids, mask, lens, starts = b
+        trace = {"compressed_probs": {}}
+        logits, *_ = TC.full_forward(m, ids, trace)
+        lm, _ = TC.lm_loss(logits, ids, mask)
+        valid = torch.arange(ids.shape[1])[None] < lens[:, None]
+        kl, _ = TC.indexer_kl(trace, valid)
+        named = dict(m.named_parameters())
+        m.zero_grad(set_to_none=True)
+        lm.backward(retain_graph=True)
+        for n, p in named.items():
+            if TC.is_indexer(n) or not TC.trainable(n):
+                self.assertTrue(p.grad is None or float(p.grad.abs().max()) == 0.0, n)
+            else:
+                self.assertIsNotNone(p.grad, n)
+                self.assertTrue(bool(torch.isfinite(p.grad).all()), n)
+                self.assertGreater(float(p.grad.abs().max()), 0.0, n)
+        m.zero_grad(set_to_none=True)
+        idx = [p for n, p in named.items() if TC.is_indexer(n)]
+        kl.backward(inputs=idx)
+        for n, p in named.items():
+            if TC.is_indexer(n):
+                self.assertIsNotNone(p.grad, n)
+                self.assertGreater(float(p.grad.abs().max()), 0.0, n)
+            else:
+                self.assertIsNone(p.grad, n)
+        # the router bias moves only by the sign rule, outside autograd
+        self.assertFalse(any(blk.ffn.gate.bias.requires_grad for blk in m.layers))
+        self.assertTrue(any(float((blk.ffn.gate.bias - b0).abs().max()) > 0
+                            for blk, b0 in zip(m.layers, bias0)))
+
+    def test_replay_tail_matches_ced_prefill(self):
+        m, _, _ = self.fresh(2)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        TC.serving_mode(m, base, quant=True)
+        m.eval()
+        ids, *_ = batch(1, 36)
+        W = m.cfg.sliding_window
+        P = 30
+        with torch.no_grad():
+            full, state, Xd, pred = TC.full_forward(m, ids[:, :P], None)
+            tail = TC.replay_tail(m, state, Xd, pred, 0, P - W, P)
+            st = m.new_state(1)
+            ced = m.prefill_ced(ids[:, :P], st)
+            self.assertLess(float((tail - ced).abs().max()), 1e-4)
+            # no truncation (start 0): the tail pass is the full pass
+            t0 = TC.replay_tail(m, state, Xd, pred, 0, 0, P)
+            self.assertLess(float((t0 - full).abs().max()), 1e-4)
+            # truncation changes the answer far from the start
+            self.assertGreater(float((tail[0, -1] - full[0, -1]).abs().max()), 0.0)
+
+    def test_export_loads_back_and_png(self):
+        m, _, _ = self.fresh(3)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        with tempfile.TemporaryDirectory() as d:
+            cpath = os.path.join(d, "in.json")
+            with open(cpath, "w") as f:
+                json.dump(self.conf, f)
+            TC.serving_mode(m, base, quant=False)
+            TC.export(m, cpath, os.path.join(d, "model"), base)
+            m2 = load_model(os.path.join(d, "model"), QuantFlags.off())
+            for (n, p), (n2, p2) in zip(m.state_dict().items(), m2.state_dict().items()):
+                self.assertEqual(n, n2)
+                err = float((p.float() - p2.float()).abs().max())
+                self.assertLessEqual(err, float(p.float().abs().max()) * 2 ** -8 + 1e-12, n)
+            ids, *_ = batch(1, 24)
+            m.eval()
+            with torch.no_grad():
+                a, b = m(ids), m2(ids)
+            self.assertLess(float((a - b).abs().max() / a.abs().max()), 0.05)
+            png = os.path.join(d, "c.png")
+            TC.write_png(png, {"a": [3.0, 2.0, 1.0], "b": [0.5, 0.4, 0.2]}, [1, 2, 3], "t")
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_init_from_checkpoint(self):
+        m, _, _ = self.fresh(5)
+        with torch.no_grad():  # non-zero router biases: they must come from the checkpoint too
+            for blk in m.layers:
+                if hasattr(blk.ffn, "gate") and blk.ffn.gate.bias is not None:
+                    blk.ffn.gate.bias.uniform_(-0.5, 0.5)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        with tempfile.TemporaryDirectory() as d:
+            cpath = os.path.join(d, "in.json")
+            with open(cpath, "w") as f:
+                json.dump(self.conf, f)
+            TC.export(m, cpath, os.path.join(d, "model"), base)
+            m2, _, _ = self.fresh(6)
+            self.assertGreater(TC.init_from(m2, os.path.join(d, "model")), 0)
+            sd2 = m2.state_dict()
+            for n, p in m.state_dict().items():
+                bits = TC._bf16_bits(p.float().numpy()).astype(np.uint32) << 16
+                want = torch.from_numpy(bits.view(np.float32).reshape(p.shape))
+                self.assertTrue(torch.equal(sd2[n].float(), want), n)
+            self.assertTrue(all(p.dtype == torch.float32 for p in m2.parameters()))
+            # a model of another width is refused with the offending tensor named
+            conf = json.loads(json.dumps(self.conf))
+            conf["text_config"]["moe_intermediate_size"] = 8
+            m3 = TC.build_model(ModelConfig.from_dict(conf), 0)
+            with self.assertRaisesRegex(ValueError, "wrong shapes .*experts"):
+                TC.init_from(m3, os.path.join(d, "model"))
+            with self.assertRaises(FileNotFoundError):
+                TC.init_from(m3, d)
+
+    def test_dense_moe_is_the_same_function(self):
+        m, _, _ = self.fresh(4)
+        x = torch.randn(2, 7, m.cfg.hidden_size)
+        with torch.no_grad():
+            ref = [blk.ffn(x) for blk in m.layers[:3]]
+            TC.use_dense_moe(m)
+            got = [blk.ffn(x) for blk in m.layers[:3]]
+        for a, b in zip(ref, got):
+            self.assertLess(float((a - b).abs().max()), 1e-5 * float(a.abs().max()) + 1e-7)
+
+    def test_batching_budget(self):
+        items = [(np.zeros(n, np.int32), np.ones(n, np.uint8), 0) for n in (10, 70, 130, 300, 700)]
+        groups = TC.make_batches(items, max_tokens=1024, max_sq=1e6)
+        self.assertEqual(sum(len(g) for g in groups), len(items))
+        for g in groups:
+            T = -(-max(len(it[0]) for it in g) // 64) * 64
+            self.assertTrue(len(g) == 1 or (len(g) * T <= 1024 and len(g) * T * T <= 1e6))
+        ids, mask, lens, starts = TC.collate(groups[0], 2, "cpu")
+        self.assertEqual(ids.shape[1] % 64, 0)
+        self.assertEqual(TC.last_turn_start([0, 1, 1, 0, 0, 1, 1, 1, 0]), 5)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,53 @@
+// The examples run as real processes on the shipped default model (what the README quotes).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "runtime_test_util.hpp"
+
+namespace {
+struct run_result {
+  int code;
+  std::string out;
+};
+run_result run(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  run_result r{-1, ""};
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+std::string example(const std::string& name) { return std::string(CEDAR_BINARY_DIR) + "/examples/example_" + name; }
+}  // namespace
+
+TEST(Examples, CalculatorAgentRuns) {
+  cedar::test::temp_dir dir;
+  run_result r = run(example("calculator_agent") + " " + cedar::test::src("config/default-model") + " " + dir.file("c.db"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("session 1:"), std::string::npos) << r.out;
+}
+
+TEST(Examples, TwoAgentsRun) {
+  cedar::test::temp_dir dir;
+  run_result r = run(example("two_agents") + " " + cedar::test::src("config/default-model") + " " + dir.file("t.db"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("sessions in the store"), std::string::npos) << r.out;
+}
+
+TEST(Examples, SessionIsResumedInANewProcessByReplay) {
+  cedar::test::temp_dir dir;
+  std::string db = dir.file("r.db"), model = cedar::test::src("config/default-model");
+  run_result a = run(example("resume_session") + " start " + db + " " + model);
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("resume_path fresh"), std::string::npos) << a.out;
+  run_result b = run(example("resume_session") + " resume " + db + " 1 " + model);
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("resume_path replayed"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("replayed_tokens 64"), std::string::npos) << b.out;  // n_win of the default model
+}
