@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from cedar_ref import quant as Q  # noqa: E402
 from cedar_ref.config import ModelConfig  # noqa: E402
 from cedar_ref.engram import engram_multipliers, engram_primes  # noqa: E402
 from cedar_ref.model import DeepseekV41, QuantFlags  # noqa: E402
@@ -135,7 +136,26 @@ def topk_boundary_diag(cfg, trace, cand):
     return out
 
 
+def pack_state_bytes(st, ledger):
+    """pack_state with the global-KV entries packed from the raw rows (the HF scale rule on the
+    quantiser's input, as the executor's sequence::append_entry packs them; cedar_ref/quant.py
+    PACKING FROM A STATE), not re-packed from the state's fake-quantised rows. The SWA rows
+    stay pack_state's: the FP8 encoding of the fake-quantised row, which is what the executor
+    writes to its window ring (it fake-quantises the row for attention, then packs that)."""
+    packed = pack_state(st)
+    for s, src in st.sources.items():
+        packed[f"kv_L{s}"] = ledger.pack("fp4_kv", src.kv[0]).numpy()
+        packed[f"index_k_L{s}"] = ledger.pack("fp4_index", src.index_k[0]).numpy()
+    return packed
+
+
 def run_all(model, ids, quant_on):
+    """run_all_ with a PackLedger open (only the quant run packs bytes)."""
+    with Q.PackLedger() as ledger:
+        return run_all_(model, ids, quant_on, ledger)
+
+
+def run_all_(model, ids, quant_on, ledger):
     """Every golden quantity of one run -> dict relative path -> numpy array."""
     cfg = model.cfg
     f = {}
@@ -151,7 +171,7 @@ def run_all(model, ids, quant_on):
     f[f"candidates_prefill_L{cfg.candidate_source_layer_id}.npy"] = cand[0].numpy().astype(np.uint8)
     f["_diag"] = topk_boundary_diag(cfg, trace, cand)
     if quant_on:
-        for k, v in pack_state(st).items():
+        for k, v in pack_state_bytes(st, ledger).items():
             f[f"kv_after_prefill/{k}" + (".bin" if v.dtype == np.uint8 else ".npy")] = v
     d_ids, d_lg = [], []
     nxt = int(lg[-1].argmax())
@@ -183,7 +203,7 @@ def run_all(model, ids, quant_on):
     st = model.new_state()
     model(ids_t[:, :RESUME_AT], st)
     if quant_on:
-        packed = pack_state(st)
+        packed = pack_state_bytes(st, ledger)
         for k in packed:
             if k.startswith(("kv_L", "index_k_L", "pending_L", "engram_tail")):
                 v = packed[k]

@@ -7,7 +7,9 @@ Does not own: where the quantisers sit in the forward pass (model.py) or the cac
 
 VALUE FORMATS
   E2M1 (FP4) code c in 0..15: bit 3 = sign, bits 0..2 = magnitude index into
-      {0, 0.5, 1, 1.5, 2, 3, 4, 6}. Code 8 is -0 and decodes to 0.0.
+      {0, 0.5, 1, 1.5, 2, 3, 4, 6}. Code 8 is -0: a negative value that rounds to zero
+      gets code 8 (never code 0) and decodes to -0.0, as in the C++ codec
+      (kernels/cpu/quant.cpp); the HF port's lookup table has +0.0 there, the same value.
   E4M3 (float8_e4m3fn) byte b: bit 7 sign, bits 6..3 exponent e (bias 7), bits 2..0
       mantissa m. e == 0: value = m/8 * 2^-6 (subnormal; 2^-9 is the smallest);
       otherwise value = (1 + m/8) * 2^(e-7). 0x7F / 0xFF are NaN and never produced;
@@ -45,6 +47,19 @@ PACKED BYTE LAYOUTS (one cache entry = one token / one compressed group, n chann
       [n bytes: E4M3 bytes of x/scale][n/32 bytes: UE8M0 exponent bytes]
   Every entry is the fake-quantised vector exactly: unpack(pack(x)) == fake_quant(x) bit
   for bit (tests/reference/test_quant.py checks it).
+  pack(x) takes the RAW vector x, like the HF port's quantisers and the C++ codec: the
+  packed bytes are a function of x, not of fake_quant(x).
+
+PACKING FROM A STATE (PackLedger)
+  The reference's state keeps fake-quantised rows. Re-packing such a row gives the same
+  values but not always the same bytes: a UE8M0 block (FP4 index, FP8 SWA) whose largest
+  code is 3 (FP4) or whose largest E4M3 magnitude is 224 (FP8) re-packs one power of two
+  lower with doubled codes, and the values cannot tell which scale the raw row had
+  ([3.2, 0, ..] and [2.9, 0, ..] both fake-quantise to [3, 0, ..]; their FP4 index scales
+  are 2^0 and 2^-1). While a PackLedger is open, every fake-quant call also records, per
+  row, the entry packed from its raw input, keyed by the bit pattern of the fake-quantised
+  row; `ledger.pack(fmt, rows)` returns the raw-input bytes of rows read back from a state
+  (make_goldens.py uses it for the packed KV goldens).
 
 STE (training): `ste(x, fq)` returns x + (fq(x) - x).detach() so gradients pass straight
 through; inference paths call the fake-quant functions directly (bit-exact values).
@@ -55,7 +70,7 @@ import torch
 FP4_MAX = 6.0
 FP8_MAX = 448.0
 E2M1_VALUES = torch.tensor(
-    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
     dtype=torch.float32)
 
 
@@ -190,15 +205,24 @@ def quantize_fp8_ue8m0(x, block=32):
 
 
 def fake_quant_fp4_kv(x):
-    return quantize_fp4_e4m3(x, 16)[2].to(x.dtype)
+    codes, sbytes, values = quantize_fp4_e4m3(x, 16)
+    values = values.to(x.dtype)
+    _record("fp4_kv", values, lambda: torch.cat([pack_nibbles(codes), sbytes], dim=-1))
+    return values
 
 
 def fake_quant_fp4_index(x):
-    return quantize_fp4_ue8m0(x, 32)[2].to(x.dtype)
+    codes, kbytes, values = quantize_fp4_ue8m0(x, 32)
+    values = values.to(x.dtype)
+    _record("fp4_index", values, lambda: torch.cat([pack_nibbles(codes), kbytes], dim=-1))
+    return values
 
 
 def fake_quant_fp8_swa(x):
-    return quantize_fp8_ue8m0(x, 32)[2].to(x.dtype)
+    e4, kbytes, values = quantize_fp8_ue8m0(x, 32)
+    values = values.to(x.dtype)
+    _record("fp8_swa", values, lambda: torch.cat([e4, kbytes], dim=-1))
+    return values
 
 
 def ste(x, fq):
@@ -259,3 +283,83 @@ def unpack_fp8_swa(entries, n):
     scale = torch.exp2(entries[..., n: n + n // 32].float() - 127.0)
     vals = vals.reshape(*vals.shape[:-1], n // 32, 32) * scale.unsqueeze(-1)
     return vals.reshape(*entries.shape[:-1], n)
+
+
+# ---------------------------------------------------------------------------------------------
+# packing ledger (see PACKING FROM A STATE above)
+# ---------------------------------------------------------------------------------------------
+
+_OPEN_LEDGERS = []
+
+_UNPACK = {"fp4_kv": unpack_fp4_kv, "fp4_index": unpack_fp4_index, "fp8_swa": unpack_fp8_swa}
+
+
+def _record(fmt, values, entries_fn):
+    """Called by the fake-quantisers: hands (values, raw-input entries) to every open ledger."""
+    if _OPEN_LEDGERS:
+        entries = entries_fn()
+        for ledger in _OPEN_LEDGERS:
+            ledger.add(fmt, values, entries)
+
+
+class PackLedger:
+    """Context manager. Rows: the last axis; fmt: "fp4_kv", "fp4_index" or "fp8_swa".
+
+    add(fmt, values [..., n], entries [..., bytes]) keeps entries[i] under the fp32 bit
+    pattern of values[i] (two raw rows with the same fake-quantised bits but different bytes
+    mark that key ambiguous). pack(fmt, values [..., n]) -> uint8 [..., bytes]; a row never
+    recorded, or recorded ambiguously, raises ValueError; every returned entry is checked to
+    unpack to `values` bit for bit."""
+
+    def __init__(self):
+        self._rows = {fmt: {} for fmt in _UNPACK}
+        self._ambiguous = {fmt: set() for fmt in _UNPACK}
+
+    def __enter__(self):
+        _OPEN_LEDGERS.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _OPEN_LEDGERS.remove(self)
+        return False
+
+    @staticmethod
+    def _keys(values):
+        v = values.detach().float().contiguous().cpu()
+        return v.reshape(-1, v.shape[-1]).view(torch.int32).numpy()
+
+    def add(self, fmt, values, entries):
+        rows, ambiguous = self._rows[fmt], self._ambiguous[fmt]
+        e = entries.detach().cpu().reshape(-1, entries.shape[-1]).numpy()
+        for key, entry in zip(self._keys(values), e):
+            k, b = key.tobytes(), entry.tobytes()
+            if rows.setdefault(k, b) != b:
+                ambiguous.add(k)
+
+    def pack(self, fmt, values):
+        if fmt not in self._rows:
+            raise ValueError(f"PackLedger.pack: unknown format {fmt!r} (expected one of {sorted(self._rows)})")
+        rows, ambiguous = self._rows[fmt], self._ambiguous[fmt]
+        n = values.shape[-1]
+        out = []
+        for i, key in enumerate(self._keys(values)):
+            k = key.tobytes()
+            if k not in rows:
+                raise ValueError(f"PackLedger.pack({fmt}): row {i} was not produced by a "
+                                 f"fake-quantiser while this ledger was open")
+            if k in ambiguous:
+                raise ValueError(f"PackLedger.pack({fmt}): row {i} came from raw rows that "
+                                 f"pack to different bytes")
+            out.append(torch.frombuffer(bytearray(rows[k]), dtype=torch.uint8))
+        width = entry_bytes(fmt, n)
+        packed = (torch.stack(out) if out else torch.zeros(0, width, dtype=torch.uint8))
+        packed = packed.reshape(*values.shape[:-1], width)
+        back = _UNPACK[fmt](packed, n).float().contiguous()
+        if not torch.equal(back.view(torch.int32), values.detach().float().contiguous().cpu().view(torch.int32)):
+            raise ValueError(f"PackLedger.pack({fmt}): recorded entries do not unpack to the rows")
+        return packed
+
+
+def entry_bytes(fmt, n):
+    """Bytes of one packed entry of n channels (layouts above)."""
+    return {"fp4_kv": n // 2 + n // 16, "fp4_index": n // 2 + n // 32, "fp8_swa": n + n // 32}[fmt]
