@@ -106,6 +106,7 @@ void print_event(const agent_event& e) {
       std::fflush(stdout);
       break;
     case agent_event::kind::tool_call:
+      std::fflush(stdout);
       std::fprintf(stderr, "\n[tool call] %s %s\n", e.tool.c_str(), e.arguments.c_str());
       break;
     case agent_event::kind::tool_result:
@@ -131,6 +132,7 @@ njson to_json(const turn_result& r, int64_t session) {
 }
 
 void print_summary(const turn_result& r, int64_t session) {
+  std::fflush(stdout);
   std::fprintf(stderr,
                "\n[session %lld] %d round(s), %d tool call(s), %lld prompt + %lld generated tokens, context %lld, "
                "resume %s, first token %.0f ms, total %.0f ms%s\n",
@@ -225,6 +227,7 @@ int cmd_demo(agent_args a) {
                          "What did I put in the groceries note?"};
   for (const char* t : tasks) {
     std::printf("\n>>> %s\n", t);
+    std::fflush(stdout);
     auto r = ag->ask(t, print_event);
     if (!r) {
       std::fprintf(stderr, "cedar demo: %s\n", r.err().message.c_str());
