@@ -370,6 +370,7 @@ std::vector<model::chat_message> messages_from_items(const std::vector<item_msg>
       m.role = model::chat_role::tool;
       m.tool_call_id = p.value("tool_call_id", "");
       m.content = p.value("content", "");
+      if (p.value("is_error", false)) m.content = "error: " + m.content;  // as agent_loop renders it
     } else {
       continue;  // tool_call items duplicate the assistant's calls (for the dashboard)
     }
@@ -431,6 +432,20 @@ void after_tools(agent_ptr self) {
   commit_request c;
   c.session = s.session;
   c.status_after = "active";
+  if (s.sum.cancelled) {
+    // The turn ends here: every call is answered "cancelled" (what agent_loop::cancel renders),
+    // committed, and the loop is idle for the next turn.
+    for (const tool_call& call : s.calls)
+      c.items.push_back(make_item("tool_result", njson{{"tool_call_id", call.id}, {"name", call.name},
+                                                       {"content", "cancelled"}, {"is_error", true}, {"ms", 0}}));
+    s.results.clear();
+    s.cancels.clear();
+    s.loop->cancel();
+    self->request(s.store, caf::infinite, commit_atom::value, c)
+        .then([self](store_reply& r) { finish_turn(self, r.error.empty() ? std::string() : "store: " + r.error); },
+              [self](caf::error& e) { finish_turn(self, "store unavailable: " + caf::to_string(e)); });
+    return;
+  }
   for (const tool_call& call : s.calls) {
     tool_outcome o = s.results.count(call.id) ? s.results[call.id] : tool_outcome{call.id, "no result", true, 0};
     outs.push_back(o);
@@ -476,10 +491,12 @@ void run_tools(agent_ptr self) {
     auto reg = s.reg;
     caf::actor me = caf::actor_cast<caf::actor>(self);
     int timeout = s.cfg.tool_timeout_ms;
+    std::string session = std::to_string(s.session);
     // Blocking tool code runs on its own thread; a hanging tool never blocks an actor.
-    self->spawn<caf::detached>([reg, call, cancel, me, timeout] {
+    self->spawn<caf::detached>([reg, call, cancel, me, timeout, session] {
       tools::invoke_context ctx;
       ctx.cancel = cancel;
+      ctx.session = session;
       ctx.timeout = std::chrono::milliseconds(timeout);
       ctx.hard_cap = std::chrono::milliseconds(timeout) * 4;
       auto t0 = std::chrono::steady_clock::now();

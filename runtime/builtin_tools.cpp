@@ -240,12 +240,12 @@ std::vector<tools::tool> builtin_tools(const std::string& files_root) {
   save.name = "notes_save";
   save.description = "Save a short note under a key.";
   save.input_schema = fn_schema({{"key", str}, {"text", str}}, {"key", "text"});
-  save.invoke = [notes](const json& a, const tools::invoke_context&) -> result<tools::tool_result> {
+  save.invoke = [notes](const json& a, const tools::invoke_context& ctx) -> result<tools::tool_result> {
     std::string k, t;
     tools::tool_result err;
     if (!str_arg(a, "key", k, err) || !str_arg(a, "text", t, err)) return err;
     std::lock_guard<std::mutex> lk(notes->first);
-    notes->second[k] = t;
+    notes->second[ctx.session + '\x1f' + k] = t;
     return tools::text_result("saved note '" + k + "'");
   };
   out.push_back(std::move(save));
@@ -254,12 +254,12 @@ std::vector<tools::tool> builtin_tools(const std::string& files_root) {
   read.name = "notes_read";
   read.description = "Read the note saved under a key.";
   read.input_schema = fn_schema({{"key", str}}, {"key"});
-  read.invoke = [notes](const json& a, const tools::invoke_context&) -> result<tools::tool_result> {
+  read.invoke = [notes](const json& a, const tools::invoke_context& ctx) -> result<tools::tool_result> {
     std::string k;
     tools::tool_result err;
     if (!str_arg(a, "key", k, err)) return err;
     std::lock_guard<std::mutex> lk(notes->first);
-    auto it = notes->second.find(k);
+    auto it = notes->second.find(ctx.session + '\x1f' + k);
     if (it == notes->second.end()) return tools::text_result("error: no note named '" + k + "'", true);
     return tools::text_result(it->second);
   };

@@ -1,7 +1,7 @@
 // The built-in tools every cedar runtime offers and the default model was trained on
 // (model/reference/cedar_ref/data.py TOOL_SCHEMAS: same names, schemas, result texts):
 //   calculator(expression)   exact + - * / ( ) over integers and decimals
-//   notes_save(key, text) / notes_read(key)   a key-value notebook (one per runtime)
+//   notes_save(key, text) / notes_read(key)   a key-value notebook per session (in memory)
 //   clock()                  the local date and time, "YYYY-MM-DD HH:MM (Weekday)"
 //   file_read(path) / file_list(path)         inside a root directory; no escape (.., links)
 #pragma once

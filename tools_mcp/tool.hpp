@@ -50,6 +50,8 @@ struct invoke_context {
   std::chrono::milliseconds hard_cap{600000};
   // Called on the transport's thread; must not block or call back into the tool.
   std::function<void(const progress_update&)> on_progress;
+  // The calling agent's session id ("" outside an agent): lets a tool keep per-session state.
+  std::string session;
 };
 
 // MCP content kinds; C++ tools use text (and image for rendered output).

@@ -81,6 +81,13 @@ TEST(BuiltinTools, NotesAndFilesStayInsideTheirRoot) {
   EXPECT_EQ(call("notes_save", {{"key", "k"}, {"text", "v1"}}).to_text(), "saved note 'k'");
   EXPECT_EQ(call("notes_read", {{"key", "k"}}).to_text(), "v1");
   EXPECT_TRUE(call("notes_read", {{"key", "absent"}}).is_error);
+  // Notes are scoped to the calling session.
+  tools::invoke_context s1, s2;
+  s1.session = "1";
+  s2.session = "2";
+  ASSERT_TRUE(find(tools, "notes_save")->invoke(njson{{"key", "k"}, {"text", "one"}}, s1).ok());
+  EXPECT_EQ(find(tools, "notes_read")->invoke(njson{{"key", "k"}}, s1)->to_text(), "one");
+  EXPECT_TRUE(find(tools, "notes_read")->invoke(njson{{"key", "k"}}, s2)->is_error);
   std::string clock = call("clock", njson::object()).to_text();
   EXPECT_EQ(clock.size(), std::string("2026-03-14 09:26 (").size() + clock.substr(18).size());
   EXPECT_EQ(clock[4], '-');

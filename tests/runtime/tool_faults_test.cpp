@@ -1,0 +1,145 @@
+// Tools that hang, fail or get cancelled, through the real actors and the shipped default model.
+// Greedy decoding makes the model's first reply to "What is 1234 * 5678?" with only the
+// calculator offered a calculator call (checked below, so a retrained model that stops doing
+// so fails loudly here rather than passing vacuously); the test swaps in its own "calculator".
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "runtime/cedar.hpp"
+#include "runtime_test_util.hpp"
+
+using namespace cedar;
+using namespace std::chrono_literals;
+
+namespace {
+
+tools::tool fake_calculator(std::function<result<tools::tool_result>(const tools::invoke_context&)> body) {
+  tools::tool t;
+  t.name = "calculator";
+  t.description = "Evaluate an arithmetic expression with + - * / and parentheses; returns the exact result.";
+  t.input_schema = {{"type", "object"},
+                    {"properties", {{"expression", {{"type", "string"}, {"description", "e.g. (12 + 30) * 4"}}}}},
+                    {"required", {"expression"}}};
+  t.invoke = [body](const tools::json&, const tools::invoke_context& ctx) { return body(ctx); };
+  return t;
+}
+
+std::unique_ptr<agent_runtime> open_default(const std::string& store) {
+  runtime_options o;
+  o.model_dir = test::src("config/default-model");
+  o.store_path = store;
+  o.builtin_tools = false;
+  auto rt = agent_runtime::open(o);
+  EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.err().message);
+  return rt.ok() ? std::move(*rt) : nullptr;
+}
+
+agent_options calc_agent(int timeout_ms) {
+  agent_options a;
+  a.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
+  a.tools = {"calculator"};
+  a.max_new_tokens = 120;
+  a.max_tool_rounds = 1;
+  a.tool_timeout_ms = timeout_ms;
+  return a;
+}
+
+struct seen {
+  int calls = 0, errors = 0;
+  std::string last_result;
+};
+
+}  // namespace
+
+TEST(ToolFaults, AHangingToolTimesOutAndBlocksNoOtherAgent) {
+  test::temp_dir dir;
+  auto rt = open_default(dir.file("s.db"));
+  ASSERT_TRUE(rt);
+  // Hangs until cancelled (the runtime cancels it when its timeout expires).
+  ASSERT_TRUE(rt->add_tool(fake_calculator([](const tools::invoke_context& ctx) -> result<tools::tool_result> {
+                  while (!ctx.cancel.cancelled()) std::this_thread::sleep_for(5ms);
+                  return make_error(errc::cancelled, "cancelled");
+                })).ok());
+  auto a = rt->create_agent(calc_agent(400));
+  auto b = rt->create_agent(calc_agent(400));
+  ASSERT_TRUE(a.ok() && b.ok());
+  seen sa;
+  std::thread other;
+  std::atomic<bool> other_done{false};
+  auto r = a->ask("What is 1234 * 5678?", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call) {
+      ++sa.calls;
+      // While a's tool hangs, another agent runs a whole turn on the same executor.
+      if (!other.joinable())
+        other = std::thread([&] {
+          auto rb = b->ask("hello");
+          other_done = rb.ok();
+        });
+    }
+    if (e.type == agent_event::kind::tool_result) {
+      sa.errors += e.is_error;
+      sa.last_result = e.text;
+    }
+  });
+  if (other.joinable()) other.join();
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_GE(sa.calls, 1) << "the default model no longer calls the calculator for this prompt";
+  EXPECT_GE(sa.errors, 1);
+  EXPECT_NE(sa.last_result.find("timed out after 400 ms"), std::string::npos) << sa.last_result;
+  EXPECT_TRUE(other_done.load());
+  EXPECT_GE(r->rounds, 2);  // the model read the timeout and answered
+}
+
+TEST(ToolFaults, AFailingToolIsAnErrorResultAndTheLoopGoesOn) {
+  test::temp_dir dir;
+  auto rt = open_default(dir.file("s.db"));
+  ASSERT_TRUE(rt);
+  ASSERT_TRUE(rt->add_tool(fake_calculator([](const tools::invoke_context&) -> result<tools::tool_result> {
+                  return make_error(errc::unavailable, "calculator backend is down");
+                })).ok());
+  auto a = rt->create_agent(calc_agent(5000));
+  ASSERT_TRUE(a.ok());
+  seen s;
+  auto r = a->ask("What is 1234 * 5678?", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call) ++s.calls;
+    if (e.type == agent_event::kind::tool_result) s.last_result = e.text, s.errors += e.is_error;
+  });
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_GE(s.calls, 1) << "the default model no longer calls the calculator for this prompt";
+  EXPECT_EQ(s.errors, s.calls);
+  EXPECT_NE(s.last_result.find("calculator backend is down"), std::string::npos) << s.last_result;
+  EXPECT_GE(r->rounds, 2);
+}
+
+TEST(ToolFaults, CancelDuringAToolEndsTheTurnAndTheSessionContinues) {
+  test::temp_dir dir;
+  auto rt = open_default(dir.file("s.db"));
+  ASSERT_TRUE(rt);
+  ASSERT_TRUE(rt->add_tool(fake_calculator([](const tools::invoke_context& ctx) -> result<tools::tool_result> {
+                  while (!ctx.cancel.cancelled()) std::this_thread::sleep_for(5ms);
+                  return make_error(errc::cancelled, "cancelled");
+                })).ok());
+  auto a = rt->create_agent(calc_agent(60000));
+  ASSERT_TRUE(a.ok());
+  agent handle = *a;
+  std::thread canceller;
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = a->ask("What is 1234 * 5678?", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call && !canceller.joinable())
+      canceller = std::thread([&] {
+        std::this_thread::sleep_for(200ms);
+        handle.cancel();
+      });
+  });
+  if (canceller.joinable()) canceller.join();
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_TRUE(r->cancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);  // far below the 60 s tool timeout
+  // The transcript is valid: the next turn runs on the same session.
+  auto r2 = a->ask("hello again");
+  ASSERT_TRUE(r2.ok()) << r2.err().message;
+  EXPECT_GT(r2->context, r->context);
+}
