@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   }
   cedar::runtime_options opts;
   opts.mcp_config = argv[1];
-  opts.model_dir = argc > 2 ? argv[2] : CEDAR_SOURCE_DIR "/config/default-model";
+  opts.model_dir = argc > 2 ? argv[2] : CEDAR_SOURCE_DIR "/model/weights/cedar-agent-tiny";
   opts.store_path = argc > 3 ? argv[3] : "filesystem_agent.db";
   auto rt = cedar::agent_runtime::open(opts);
   if (!rt) {

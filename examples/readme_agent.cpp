@@ -6,7 +6,7 @@
 
 int main(int argc, char** argv) {
   cedar::runtime_options opts;
-  opts.model_dir = argc > 1 ? argv[1] : "config/default-model";  // config.json, model.safetensors, tokenizer.json
+  opts.model_dir = argc > 1 ? argv[1] : "model/weights/cedar-agent-tiny";  // config.json, model.safetensors, tokenizer.json
   opts.store_path = argc > 2 ? argv[2] : "readme_agent.db";      // the SQLite session store
   auto rt = cedar::agent_runtime::open(opts);
   if (!rt) return std::fprintf(stderr, "%s\n", rt.err().message.c_str()), 1;

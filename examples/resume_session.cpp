@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   int model_arg = resume ? 4 : 3;
   cedar::runtime_options opts;
   opts.store_path = argv[2];
-  opts.model_dir = argc > model_arg ? argv[model_arg] : CEDAR_SOURCE_DIR "/config/default-model";
+  opts.model_dir = argc > model_arg ? argv[model_arg] : CEDAR_SOURCE_DIR "/model/weights/cedar-agent-tiny";
   auto rt = cedar::agent_runtime::open(opts);
   if (!rt) {
     std::fprintf(stderr, "cannot start: %s\n", rt.err().message.c_str());

@@ -10,7 +10,7 @@
 
 int main(int argc, char** argv) {
   cedar::runtime_options opts;
-  opts.model_dir = argc > 1 ? argv[1] : CEDAR_SOURCE_DIR "/config/default-model";
+  opts.model_dir = argc > 1 ? argv[1] : CEDAR_SOURCE_DIR "/model/weights/cedar-agent-tiny";
   opts.store_path = argc > 2 ? argv[2] : "two_agents.db";
   auto rt = cedar::agent_runtime::open(opts);
   if (!rt) {

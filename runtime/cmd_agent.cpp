@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 using njson = nlohmann::json;
 
 struct agent_args {
-  std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/config/default-model";
+  std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
   std::string store;
   std::string agent_file;
   std::string mcp_config;

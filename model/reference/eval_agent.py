@@ -8,7 +8,7 @@ assistant turns). Prints a JSON summary: success per family, valid tool-call rat
 accuracy by distance (tokens), and with --teacher-forced also the teacher-forced exact-match
 rate. The C++ `cedar eval` must reproduce these numbers on the same samples.
 
-  /usr/bin/python3 model/reference/eval_agent.py --model config/default-model --n 60
+  /usr/bin/python3 model/reference/eval_agent.py --model model/weights/cedar-agent-tiny --n 60
 """
 
 import argparse

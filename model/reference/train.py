@@ -13,13 +13,13 @@ The schedule runs on a time budget (--minutes) or a step count (--steps): stage 
 the LR decay are fractions of it. Progress lines go to stderr.
 
   /usr/bin/python3 model/reference/train.py --config config/cedar-agent-tiny.json \
-      --tokenizer config/default-model/tokenizer.json --minutes 6 --out /tmp/run
+      --tokenizer model/weights/cedar-agent-tiny/tokenizer.json --minutes 6 --out /tmp/run
 
 Continuing from an exported model (a new LR cycle, stage A skipped). The data stream is a
 function of --seed alone, so give a seed the checkpoint's run did not use, or the same samples
 come again in the same order:
 
-  ... --init-from config/default-model --dense-frac 0 --seed 2 --minutes 4 --out /tmp/run2
+  ... --init-from model/weights/cedar-agent-tiny --dense-frac 0 --seed 2 --minutes 4 --out /tmp/run2
 """
 
 import argparse

@@ -32,21 +32,21 @@ std::string example(const std::string& name) { return std::string(CEDAR_BINARY_D
 
 TEST(Examples, CalculatorAgentRuns) {
   cedar::test::temp_dir dir;
-  run_result r = run(example("calculator_agent") + " " + cedar::test::src("config/default-model") + " " + dir.file("c.db"));
+  run_result r = run(example("calculator_agent") + " " + cedar::test::src("model/weights/cedar-agent-tiny") + " " + dir.file("c.db"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("session 1:"), std::string::npos) << r.out;
 }
 
 TEST(Examples, TwoAgentsRun) {
   cedar::test::temp_dir dir;
-  run_result r = run(example("two_agents") + " " + cedar::test::src("config/default-model") + " " + dir.file("t.db"));
+  run_result r = run(example("two_agents") + " " + cedar::test::src("model/weights/cedar-agent-tiny") + " " + dir.file("t.db"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("sessions in the store"), std::string::npos) << r.out;
 }
 
 TEST(Examples, SessionIsResumedInANewProcessByReplay) {
   cedar::test::temp_dir dir;
-  std::string db = dir.file("r.db"), model = cedar::test::src("config/default-model");
+  std::string db = dir.file("r.db"), model = cedar::test::src("model/weights/cedar-agent-tiny");
   run_result a = run(example("resume_session") + " start " + db + " " + model);
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_NE(a.out.find("resume_path fresh"), std::string::npos) << a.out;
@@ -68,7 +68,7 @@ TEST(Examples, ReadmeQuotesTheReadmeAgentVerbatimAndItRuns) {
   ASSERT_NE(end, std::string::npos);
   EXPECT_EQ(readme.substr(b + 7, end - b - 7), es.str());
   cedar::test::temp_dir dir;
-  run_result out = run(example("readme_agent") + " " + cedar::test::src("config/default-model") + " " + dir.file("r.db"));
+  run_result out = run(example("readme_agent") + " " + cedar::test::src("model/weights/cedar-agent-tiny") + " " + dir.file("r.db"));
   ASSERT_EQ(out.code, 0) << out.out;
   EXPECT_NE(out.out.find("tokens of context, resume path fresh"), std::string::npos) << out.out;
 }
@@ -83,7 +83,7 @@ TEST(Examples, FilesystemAgentWithTheMcpServer) {
   std::ofstream(dir.file("mcp.json")) << R"({"mcpServers": {"filesystem": {"command": "node", "args": [")" << js
                                       << R"(", ")" << dir.file("ws") << R"("]}}})";
   run_result out = run(example("filesystem_agent") + " " + dir.file("mcp.json") + " " +
-                       cedar::test::src("config/default-model") + " " + dir.file("f.db"));
+                       cedar::test::src("model/weights/cedar-agent-tiny") + " " + dir.file("f.db"));
   ASSERT_EQ(out.code, 0) << out.out;
   EXPECT_NE(out.out.find("filesystem__read_text_file"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("filesystem__list_directory"), std::string::npos) << out.out;

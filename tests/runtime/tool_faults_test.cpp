@@ -29,7 +29,7 @@ tools::tool fake_calculator(std::function<result<tools::tool_result>(const tools
 
 std::unique_ptr<agent_runtime> open_default(const std::string& store) {
   runtime_options o;
-  o.model_dir = test::src("config/default-model");
+  o.model_dir = test::src("model/weights/cedar-agent-tiny");
   o.store_path = store;
   o.builtin_tools = false;
   auto rt = agent_runtime::open(o);
