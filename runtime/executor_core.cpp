@@ -105,6 +105,11 @@ int64_t executor_core::context_of(int64_t session) const {
   return it == seqs_.end() ? 0 : it->second.seq->n_tokens();
 }
 
+const model::sequence* executor_core::sequence_of(int64_t session) const {
+  auto it = seqs_.find(session);
+  return it == seqs_.end() ? nullptr : it->second.seq.get();
+}
+
 size_t executor_core::resident_bytes() const {
   size_t total = 0;
   for (const auto& [id, r] : seqs_) {

@@ -121,6 +121,9 @@ class executor_core {
   size_t resident_bytes() const;
   size_t ram_budget() const { return budget_; }
   int64_t context_of(int64_t session) const;
+  // The resident sequence of a session (null when not resident), read-only: for tests and
+  // benchmarks that compare a resumed state with a recomputed one.
+  const model::sequence* sequence_of(int64_t session) const;
 
   // A new, empty session.
   void open_fresh(int64_t session);

@@ -1,0 +1,331 @@
+// bench_resume — resume latency after a tool result (BENCHMARKS.md B2, issue 4).
+//
+// For a session of N context tokens the executor (runtime::executor_core, the one the runtime
+// uses) resumes and prefills a 32-token tool result up to its first sampled token, three ways:
+//   resident     the sequence is in RAM: prefill the 32 new tokens;
+//   replayed     restore the global-KV pages and aux state from their bytes (as the store hands
+//                them over), encoder bounded replay of the last n_win tokens, then the 32 new;
+//   reprefilled  prefill the whole token log of N tokens (CED) again, then the 32 new (N + 32).
+// The pages are the session's own turn delta (the bytes commit_turn would store). Each figure
+// is the median of `reps` repetitions (≥ 5) after one warm-up; progress goes to stderr.
+//
+// Models: "default-model" (model/weights/cedar-agent-tiny, loaded with model::load_model_dir; run from the
+// repository root or pass --model-dir) and "wide-random": random weights of a wider config of
+// the same architecture (d 512, head_dim 128, n_win 128, 8 experts).
+//
+// Ideal ratio (B2): re-prefill / replayed ≈ (N/2 + n_win) / n_win, with N the context before the
+// new tokens and n_win the model's sliding_window. It counts work in "tokens through every
+// layer": the CED re-prefill runs N tokens through about half the layers (the encoder) and a
+// window through the decoder; the replay runs n_win tokens through every layer. The 32 new
+// tokens that both paths prefill are left out of it, so the measured ratio sits below the ideal
+// where those 32 tokens are a large share of the replayed path.
+//
+// The last ratio row leaves the 32 new tokens out of both sides: re-prefill of the log alone
+// over restore + bounded replay alone (the figure the ideal ratio describes).
+//
+// CSV on stdout: model,n_ctx,n_win,figure,value,unit. The ratio rows come last.
+// Usage: bench_resume [--quick] [--reps R] [--sizes 1024,4096,...] [--model-dir DIR] [--models M]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/engine.hpp"
+#include "model/model_dir.hpp"
+#include "kernels/base/log.hpp"
+#include "runtime/executor_core.hpp"
+
+namespace cm = cedar::model;
+namespace rt = cedar::runtime;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kNewTokens = 32;
+
+struct options {
+  bool quick = false;
+  int reps = 5;
+  std::vector<int> sizes;
+  std::string model_dir = "model/weights/cedar-agent-tiny";
+  std::string models = "both";  // default | wide | both
+};
+
+void usage() {
+  std::printf(
+      "bench_resume — resume latency after a tool result (BENCHMARKS.md B2)\n"
+      "usage: bench_resume [--quick] [--reps R] [--sizes N1,N2,...] [--model-dir DIR] [--models M]\n"
+      "  --quick       contexts 1K/4K/8K only (default adds 32K)\n"
+      "  --reps R      repetitions per figure, median reported (default 5, at least 5)\n"
+      "  --sizes LIST  context sizes in tokens (overrides the defaults)\n"
+      "  --model-dir   the default model's directory (default model/weights/cedar-agent-tiny)\n"
+      "  --models M    default | wide | both (default both)\n"
+      "CSV on stdout (model,n_ctx,n_win,figure,value,unit), progress on stderr; the last rows\n"
+      "are re-prefill/replayed ratios beside the ideal (N/2 + n_win)/n_win.\n");
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void csv(const std::string& model, int n, int w, const char* fig, double v, const char* unit) {
+  std::printf("%s,%d,%d,%s,%.6g,%s\n", model.c_str(), n, w, fig, v, unit);
+  std::fflush(stdout);
+}
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& x : t) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = int32_t(s % uint64_t(vocab - 32)) + 32;  // clear of the special tokens (EOS included)
+  }
+  return t;
+}
+
+cm::model_config wide_config() {
+  cm::model_config c;
+  c.vocab_size = 16384;
+  c.hidden_size = 512;
+  c.num_hidden_layers = 12;
+  c.num_attention_heads = 8;
+  c.head_dim = 128;
+  c.qk_rope_head_dim = 32;
+  c.q_lora_rank = 256;
+  c.o_groups = 4;
+  c.o_lora_rank = 256;
+  c.sliding_window = 128;
+  c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
+  c.kv_source_layer_ids = {2, 4, 6};
+  c.index_source_layer_ids = {2, 4, 6, 8, 10};
+  c.candidate_source_layer_id = 6;
+  c.candidate_topk_blocks = 64;
+  c.candidate_block_size = 8;
+  c.index_n_heads = 8;
+  c.index_head_dim = 64;
+  c.index_topk = 128;
+  c.moe_intermediate_size = 512;
+  c.n_routed_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.engram_layer_ids = {1, 4};
+  c.engram_vocab_size = 4000;
+  c.engram_n_heads = 2;
+  c.engram_head_dim = 64;
+  c.engram_compressed_vocab_size = 8192;
+  c.num_nextn_predict_layers = 0;
+  c.dspark_target_layer_ids.clear();
+  auto layout = cm::make_engram_layout(c);
+  if (layout.ok()) c.engram_num_embeddings = layout->table_rows;
+  return c;
+}
+
+// Prefills `tokens` on a resident session and samples one token (the first token of the
+// answer); the finished turn carries the timings.
+bool run_turn(rt::executor_core& core, int64_t id, const std::vector<int32_t>& tokens, rt::resume_path path,
+              double resume_ms, rt::finished_generation* out) {
+  rt::generation_params p;
+  p.max_new_tokens = 1;
+  auto t = core.start(id, tokens, p, path, resume_ms);
+  if (!t.ok()) {
+    std::fprintf(stderr, "start: %s\n", t.err().message.c_str());
+    return false;
+  }
+  while (core.active(id))
+    if (auto s = core.step(); !s.ok()) {
+      std::fprintf(stderr, "step: %s\n", s.err().message.c_str());
+      return false;
+    }
+  auto fin = core.take_finished();
+  if (fin.size() != 1) return false;
+  if (out) *out = std::move(fin.front());
+  return true;
+}
+
+struct figures {
+  double resident = 0, replayed = 0, replay_restore = 0, reprefilled = 0, reprefill_restore = 0;
+};
+
+// One model at one context size.
+bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, figures* out) {
+  const int V = int(e.config().vocab_size);
+  const int W = e.config().sliding_window;
+  rt::executor_core core(e, size_t(8) << 30);
+  const int64_t id = 1;
+  auto ctx = random_tokens(n, V, uint64_t(n) * 31 + 7);
+  auto fresh = random_tokens(kNewTokens, V, uint64_t(n) * 17 + 3);
+  rt::resume_state log_only;
+  log_only.tokens = ctx;
+  log_only.pages_ok = false;
+  log_only.problem = "re-prefill measured by the benchmark";
+  // The session's checkpoint after N tokens: its global-KV bytes and aux state, taken from a
+  // prefill of the context (what the store holds once the turn is committed).
+  std::fprintf(stderr, "[%s N=%d] building the context...\n", name.c_str(), n);
+  if (auto p = core.restore(id, log_only); !p.ok()) {
+    std::fprintf(stderr, "prefill of the context: %s\n", p.err().message.c_str());
+    return false;
+  }
+  rt::resume_state rs;
+  {
+    const cm::sequence* s = core.sequence_of(id);
+    rs.tokens = s->tokens();
+    const size_t mb = s->main_entry_bytes(), ib = s->index_entry_bytes();
+    for (int i = 0; i < s->n_sources(); ++i) {
+      const auto& src = s->source(i);
+      rs.sources.push_back({uint32_t(src.layer),
+                            std::vector<uint8_t>(src.main.begin(), src.main.begin() + int64_t(src.n_entries * mb)),
+                            std::vector<uint8_t>(src.index.begin(), src.index.begin() + int64_t(src.n_entries * ib))});
+    }
+    rs.aux = rt::executor_core::aux_of(*s);
+  }
+
+  std::vector<double> t_res, t_rep, t_rep_restore, t_pre, t_pre_restore;
+  for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up, not recorded
+    // replayed: restore from bytes + bounded replay + 32 new tokens
+    core.drop(id);
+    double rms = 0;
+    auto p = core.restore(id, rs, &rms);
+    if (!p.ok() || *p != rt::resume_path::replayed) {
+      std::fprintf(stderr, "replayed resume failed: %s\n", p.ok() ? rt::resume_path_name(*p) : p.err().message.c_str());
+      return false;
+    }
+    rt::finished_generation f;
+    if (!run_turn(core, id, fresh, *p, rms, &f)) return false;
+    if (r > 0) {
+      t_rep.push_back(rms + f.stats.prefill_ms);
+      t_rep_restore.push_back(rms);
+    }
+    // resident: the same context in RAM (restored untimed), 32 new tokens
+    core.drop(id);
+    if (!core.restore(id, rs).ok()) return false;
+    if (!run_turn(core, id, fresh, rt::resume_path::resident, 0, &f)) return false;
+    if (r > 0) t_res.push_back(f.stats.prefill_ms);
+    // reprefilled: the whole log again, then 32 new tokens
+    core.drop(id);
+    p = core.restore(id, log_only, &rms);
+    if (!p.ok() || *p != rt::resume_path::reprefilled) return false;
+    if (!run_turn(core, id, fresh, *p, rms, &f)) return false;
+    if (r > 0) {
+      t_pre.push_back(rms + f.stats.prefill_ms);
+      t_pre_restore.push_back(rms);
+    }
+    if (r == 0) continue;
+    std::fprintf(stderr, "[%s N=%d] rep %d/%d: resident %.1f ms, replayed %.1f ms, re-prefill %.1f ms\n", name.c_str(),
+                 n, r, reps, t_res.empty() ? 0.0 : t_res.back(), t_rep.empty() ? 0.0 : t_rep.back(),
+                 t_pre.empty() ? 0.0 : t_pre.back());
+  }
+  out->resident = median(t_res);
+  out->replayed = median(t_rep);
+  out->replay_restore = median(t_rep_restore);
+  out->reprefilled = median(t_pre);
+  out->reprefill_restore = median(t_pre_restore);
+  csv(name, n, W, "resident_ms", out->resident, "ms");
+  csv(name, n, W, "replayed_ms", out->replayed, "ms");
+  csv(name, n, W, "replayed_restore_replay_ms", out->replay_restore, "ms");
+  csv(name, n, W, "reprefilled_ms", out->reprefilled, "ms");
+  csv(name, n, W, "reprefilled_log_only_ms", out->reprefill_restore, "ms");
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      usage();
+      return 0;
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--reps" && i + 1 < argc) {
+      o.reps = std::max(5, std::atoi(argv[++i]));
+    } else if (a == "--sizes" && i + 1 < argc) {
+      std::string s = argv[++i];
+      for (size_t p = 0; p < s.size();) {
+        size_t q = s.find(',', p);
+        if (q == std::string::npos) q = s.size();
+        int v = std::atoi(s.substr(p, q - p).c_str());
+        if (v <= 0) {
+          std::fprintf(stderr, "bench_resume: bad size '%s' in --sizes\n", s.substr(p, q - p).c_str());
+          return 2;
+        }
+        o.sizes.push_back(v);
+        p = q + 1;
+      }
+    } else if (a == "--models" && i + 1 < argc) {
+      o.models = argv[++i];
+      if (o.models != "default" && o.models != "wide" && o.models != "both") {
+        std::fprintf(stderr, "bench_resume: --models takes default, wide or both, not '%s'\n", o.models.c_str());
+        return 2;
+      }
+    } else if (a == "--model-dir" && i + 1 < argc) {
+      o.model_dir = argv[++i];
+    } else {
+      std::fprintf(stderr, "bench_resume: unknown argument '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (o.sizes.empty()) o.sizes = o.quick ? std::vector<int>{1024, 4096, 8192} : std::vector<int>{1024, 4096, 8192, 32768};
+
+  struct model_entry {
+    std::string name;
+    std::shared_ptr<const cm::engine> eng;
+  };
+  std::vector<model_entry> models;
+  cedar::log_set_level(cedar::log_level::error);  // every re-prefill logs why at warn level
+  if (o.models != "wide") {
+    auto md = cm::load_model_dir(o.model_dir, /*need_tokenizer=*/false);
+    if (md.ok()) models.push_back({"default-model", md->eng});
+    else std::fprintf(stderr, "[default-model] skipped: %s\n", md.err().message.c_str());
+  }
+  if (o.models != "default") {
+    cm::model_config wc = wide_config();
+    if (auto st = cm::finalize(wc); !st.ok()) {
+      std::fprintf(stderr, "wide config: %s\n", st.err().message.c_str());
+      return 1;
+    }
+    auto we = cm::engine::random(wc, 1234);
+    if (!we.ok()) {
+      std::fprintf(stderr, "wide engine: %s\n", we.err().message.c_str());
+      return 1;
+    }
+    models.push_back({"wide-random", std::make_shared<const cm::engine>(std::move(*we))});
+  }
+
+  std::printf("model,n_ctx,n_win,figure,value,unit\n");
+  struct ratio_row {
+    std::string model;
+    int n, w;
+    double measured, ideal, resume_only;
+  };
+  std::vector<ratio_row> ratios;
+  for (const auto& m : models) {
+    const int W = m.eng->config().sliding_window;
+    for (int n : o.sizes) {
+      if (n > m.eng->config().max_position_embeddings - kNewTokens - 2) {
+        std::fprintf(stderr, "[%s] N=%d skipped: beyond max_position_embeddings\n", m.name.c_str(), n);
+        continue;
+      }
+      figures f;
+      if (!bench_one(m.name, *m.eng, n, o.reps, &f)) {
+        std::fprintf(stderr, "[%s N=%d] failed\n", m.name.c_str(), n);
+        return 1;
+      }
+      ratios.push_back({m.name, n, W, f.reprefilled / f.replayed, (n / 2.0 + W) / W, f.reprefill_restore / f.replay_restore});
+    }
+  }
+  for (const auto& r : ratios) {
+    csv(r.model, r.n, r.w, "ratio_reprefill_over_replayed", r.measured, "x");
+    csv(r.model, r.n, r.w, "ideal_ratio_(N/2+n_win)/n_win", r.ideal, "x");
+    csv(r.model, r.n, r.w, "fraction_of_ideal", r.measured / r.ideal, "x");
+    csv(r.model, r.n, r.w, "ratio_resume_only_log_over_restore_replay", r.resume_only, "x");
+  }
+  return 0;
+}
