@@ -28,9 +28,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "runtime/cedar.hpp"
 
 using clk = std::chrono::steady_clock;
+using cedar::bench::median;
+using cedar::bench::shell_line;
 
 namespace {
 
@@ -40,23 +43,6 @@ void csv(const std::string& config, const std::string& figure, double value, con
   std::printf("%s,%s,%s,%s,%.6g,%s\n", g_commit.c_str(), g_machine.c_str(), config.c_str(), figure.c_str(), value,
               unit);
   std::fflush(stdout);
-}
-
-std::string shell_line(const char* cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd, "r")) {
-    char buf[256];
-    if (fgets(buf, sizeof buf, p)) out = buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The q-quantile (nearest rank) of `v`.

@@ -28,9 +28,13 @@
 #include "model/engine.hpp"
 #include "model/forward.hpp"
 #include "model/npy.hpp"
+#include "bench_util.hpp"
 
 namespace cm = cedar::model;
 using clk = std::chrono::steady_clock;
+using cedar::bench::median;
+using cedar::bench::random_100m_config;
+using cedar::bench::shell_line;
 
 namespace {
 
@@ -40,58 +44,6 @@ void csv(const std::string& config, const std::string& figure, double value, con
   std::printf("%s,%s,%s,%s,%.6g,%s\n", g_commit.c_str(), g_machine.c_str(), config.c_str(), figure.c_str(), value,
               unit);
   std::fflush(stdout);
-}
-
-std::string shell_line(const char* cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd, "r")) {
-    char buf[256];
-    if (fgets(buf, sizeof buf, p)) out = buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-cm::model_config rand100m_config() {
-  cm::model_config c;
-  c.vocab_size = 16384;
-  c.hidden_size = 512;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 8;
-  c.head_dim = 128;
-  c.qk_rope_head_dim = 32;
-  c.q_lora_rank = 256;
-  c.o_groups = 4;
-  c.o_lora_rank = 256;
-  c.sliding_window = 128;
-  c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
-  c.kv_source_layer_ids = {2, 4, 6};
-  c.index_source_layer_ids = {2, 4, 6, 8, 10};
-  c.candidate_source_layer_id = 6;
-  c.candidate_topk_blocks = 64;
-  c.candidate_block_size = 8;
-  c.index_n_heads = 8;
-  c.index_head_dim = 64;
-  c.index_topk = 128;
-  c.moe_intermediate_size = 512;
-  c.n_routed_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.engram_layer_ids = {1, 4};
-  c.engram_vocab_size = 4000;
-  c.engram_n_heads = 2;
-  c.engram_head_dim = 64;
-  c.engram_compressed_vocab_size = 8192;
-  c.num_nextn_predict_layers = 0;
-  c.dspark_target_layer_ids.clear();
-  auto layout = cm::make_engram_layout(c);  // table sizes follow from the prime layout
-  if (layout.ok()) c.engram_num_embeddings = layout->table_rows;
-  return c;
 }
 
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
@@ -235,7 +187,7 @@ int main(int argc, char** argv) {
   }
 
   // --- random ~100M model ---
-  cm::model_config c = rand100m_config();
+  cm::model_config c = random_100m_config();
   if (auto st = cm::finalize(c); !st.ok()) {
     std::fprintf(stderr, "config: %s\n", st.err().message.c_str());
     return 1;

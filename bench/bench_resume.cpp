@@ -38,10 +38,12 @@
 #include "model/model_dir.hpp"
 #include "kernels/base/log.hpp"
 #include "runtime/executor_core.hpp"
+#include "bench_util.hpp"
 
 namespace cm = cedar::model;
 namespace rt = cedar::runtime;
 using clk = std::chrono::steady_clock;
+using cedar::bench::median;
 
 namespace {
 
@@ -68,11 +70,6 @@ void usage() {
       "are re-prefill/replayed ratios beside the ideal (N/2 + n_win)/n_win.\n");
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void csv(const std::string& model, int n, int w, const char* fig, double v, const char* unit) {
   std::printf("%s,%d,%d,%s,%.6g,%s\n", model.c_str(), n, w, fig, v, unit);
   std::fflush(stdout);
@@ -88,42 +85,6 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint64_t seed) {
     x = int32_t(s % uint64_t(vocab - 32)) + 32;  // clear of the special tokens (EOS included)
   }
   return t;
-}
-
-cm::model_config wide_config() {
-  cm::model_config c;
-  c.vocab_size = 16384;
-  c.hidden_size = 512;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 8;
-  c.head_dim = 128;
-  c.qk_rope_head_dim = 32;
-  c.q_lora_rank = 256;
-  c.o_groups = 4;
-  c.o_lora_rank = 256;
-  c.sliding_window = 128;
-  c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
-  c.kv_source_layer_ids = {2, 4, 6};
-  c.index_source_layer_ids = {2, 4, 6, 8, 10};
-  c.candidate_source_layer_id = 6;
-  c.candidate_topk_blocks = 64;
-  c.candidate_block_size = 8;
-  c.index_n_heads = 8;
-  c.index_head_dim = 64;
-  c.index_topk = 128;
-  c.moe_intermediate_size = 512;
-  c.n_routed_experts = 8;
-  c.num_experts_per_tok = 2;
-  c.engram_layer_ids = {1, 4};
-  c.engram_vocab_size = 4000;
-  c.engram_n_heads = 2;
-  c.engram_head_dim = 64;
-  c.engram_compressed_vocab_size = 8192;
-  c.num_nextn_predict_layers = 0;
-  c.dspark_target_layer_ids.clear();
-  auto layout = cm::make_engram_layout(c);
-  if (layout.ok()) c.engram_num_embeddings = layout->table_rows;
-  return c;
 }
 
 // Prefills `tokens` on a resident session and samples one token (the first token of the
@@ -286,7 +247,7 @@ int main(int argc, char** argv) {
     else std::fprintf(stderr, "[default-model] skipped: %s\n", md.err().message.c_str());
   }
   if (o.models != "default") {
-    cm::model_config wc = wide_config();
+    cm::model_config wc = cedar::bench::random_100m_config();
     if (auto st = cm::finalize(wc); !st.ok()) {
       std::fprintf(stderr, "wide config: %s\n", st.err().message.c_str());
       return 1;

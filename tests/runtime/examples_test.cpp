@@ -79,7 +79,7 @@ TEST(Examples, FilesystemAgentWithTheMcpServer) {
   ASSERT_TRUE(std::filesystem::exists(js)) << "run scripts/setup-npm.sh (the MCP test servers are missing)";
   cedar::test::temp_dir dir;
   std::filesystem::create_directories(dir.path / "ws");
-  std::ofstream(dir.file("ws/todo.txt")) << "buy milk\n";
+  std::ofstream(dir.file("ws/shopping.txt")) << "buy milk\n";
   std::ofstream(dir.file("mcp.json")) << R"({"mcpServers": {"filesystem": {"command": "node", "args": [")" << js
                                       << R"(", ")" << dir.file("ws") << R"("]}}})";
   run_result out = run(example("filesystem_agent") + " " + dir.file("mcp.json") + " " +
