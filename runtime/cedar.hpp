@@ -1,6 +1,6 @@
 // cedar — the public C++ API. Include this header; it pulls in no CAF headers.
 //
-//   auto rt = cedar::agent_runtime::open({.model_dir = "config/default-model", .store_path = "s.db"});
+//   auto rt = cedar::agent_runtime::open({.model_dir = "model/weights/cedar-agent-tiny", .store_path = "s.db"});
 //   rt.value()->add_tool(cedar::tools::make_tool("shout", "Upper-cases text", schema, fn));
 //   auto a = rt.value()->create_agent({.system_prompt = "You are helpful."});
 //   auto r = a->ask("What is 17 * 23?", [](const cedar::agent_event& e) { ... });

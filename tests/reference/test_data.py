@@ -115,7 +115,7 @@ class GeneratorTest(unittest.TestCase):
             self.assertIn(s["expect"], final["content"], s["id"])
 
     def test_render_parse_round_trip_and_mask(self):
-        tok = bpe.Tokenizer.load(_paths.os.path.join(_paths.ROOT, "config", "default-model", "tokenizer.json"))
+        tok = bpe.Tokenizer.load(_paths.os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny", "tokenizer.json"))
         for s in self.train[:20] + self.heldout[:10]:
             segs = data.render_sample(s["messages"])
             self.assertEqual("".join(t for t, _ in segs), chat.encode_messages(s["messages"]))
