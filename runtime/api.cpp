@@ -17,6 +17,7 @@
 #include "runtime/builtin_tools.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/mcp_setup.hpp"
+#include "runtime/runtime_impl.hpp"
 
 namespace cedar {
 
@@ -60,37 +61,6 @@ uint64_t engine_hash(const model::engine& e) {
 // ============================================================================================
 // runtime
 // ============================================================================================
-struct agent_runtime::impl {
-  std::shared_ptr<const model::engine> engine;
-  std::shared_ptr<const model::tokenizer> tok;
-  std::shared_ptr<tools::tool_registry> reg = std::make_shared<tools::tool_registry>();
-  uint64_t model_hash = 0;
-  caf::actor_system_config cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  executor_actor exec;
-  store_actor store;
-  std::mutex mu;
-  std::vector<caf::actor> agents;
-  runtime_options opts;
-
-  ~impl() {
-    for (auto& a : agents) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(exec, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(store, caf::exit_reason::user_shutdown);
-    agents.clear();
-    exec = nullptr;
-    store = nullptr;
-    sys.reset();  // waits for every actor (tool workers included) to finish
-    reg->close_servers();
-  }
-};
-
-struct agent::impl {
-  caf::actor actor;
-  caf::actor_system* sys = nullptr;
-  int64_t session = 0;
-};
-
 agent_runtime::agent_runtime(std::unique_ptr<impl> p) : p_(std::move(p)) {}
 agent_runtime::~agent_runtime() = default;
 

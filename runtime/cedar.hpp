@@ -124,6 +124,8 @@ class agent_runtime {
   const model::engine& engine() const;
 
   struct impl;
+  // The internals (runtime/runtime_impl.hpp), for cedar's own server and tools.
+  impl& internals() const { return *p_; }
 
  private:
   explicit agent_runtime(std::unique_ptr<impl> p);
