@@ -7,12 +7,12 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git ca-certificates
       libcaf-dev libcurl4-openssl-dev libsimdjson-dev libsqlite3-dev libcpp-httplib-dev
       libgtest-dev libgmock-dev libopenblas-dev libzstd-dev libxxhash-dev libcli11-dev
-      nlohmann-json3-dev libpcre2-dev sqlite3 python3)
+      nlohmann-json3-dev libpcre2-dev sqlite3 python3 clang libclang-rt-14-dev)
 # Node.js (for the MCP test servers and the dashboard's npm assets): use the machine's if any.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
 for a in "$@"; do
   case "$a" in
-    --with-python) pkgs+=(python3-torch python3-numpy) ;;
+    --with-python) pkgs+=(python3-torch python3-numpy python3-matplotlib) ;;
     --with-browser) pkgs+=(chromium chromium-driver) ;;
     *) echo "setup-deps: unknown option '$a' (expected --with-python or --with-browser)" >&2; exit 2 ;;
   esac
