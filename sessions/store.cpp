@@ -29,7 +29,8 @@
 //   session_pages     +p rows   (session, source, first_entry) → kv_pages.id
 //   checkpoints       +1 row    (session, n_turns+1, n_tokens)
 //   checkpoint_sources+s rows   (entries per source at the checkpoint)
-//   checkpoint_aux    +a rows   (named aux state blobs, xxh64)
+//   checkpoint_aux    +a rows   (named aux state blobs, xxh64; a turn that adds no tokens
+//                               carries the previous checkpoint's rows: its state is unchanged)
 //   sessions          1 update  (status, n_turns, n_tokens, updated_ms)
 //
 // ── Invariants (checked by check_invariants(); asserted after every write in debug builds) ──
@@ -653,6 +654,18 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
     auto aux = db_.prepare(
         "INSERT INTO checkpoint_aux(session_id, n_turns, name, xxh64, bytes) VALUES (?,?,?,?,?)");
     if (!aux) return aux.take_err();
+    if (turn.aux.empty() && turn.tokens.empty() && turn_index > 0) {
+      // A turn that adds no tokens (tool results committed before the next generation) leaves
+      // the executor's aux state as it was: its checkpoint carries the previous one's, so that
+      // a resume from it can replay instead of re-prefilling.
+      auto carry = db_.prepare(
+          "INSERT INTO checkpoint_aux(session_id, n_turns, name, xxh64, bytes) "
+          "SELECT session_id, ?1, name, xxh64, bytes FROM checkpoint_aux WHERE session_id=?2 AND "
+          "n_turns=(SELECT MAX(n_turns) FROM checkpoints WHERE session_id=?2 AND n_turns<?1)");
+      if (!carry) return carry.take_err();
+      carry->bind(1, n_turns_after).bind(2, id);
+      CEDAR_TRY(carry->exec());
+    }
     for (const aux_write& a : turn.aux) {
       aux->bind(1, id).bind(2, n_turns_after).bind(3, a.name);
       aux->bind(4, as_i64(checksum64(a.bytes))).bind_blob_static(5, a.bytes);

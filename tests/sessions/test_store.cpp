@@ -186,6 +186,37 @@ TEST(store, bound_and_incremental_blob_writes_store_identical_pages) {
   EXPECT_EQ(pages[0].size(), 16u);
 }
 
+// Tool results are committed as a turn of their own with no tokens before the next
+// generation; a resume from that checkpoint must still find the aux state (else it cannot
+// replay and falls back to re-prefilling).
+TEST(store, a_turn_without_tokens_carries_the_previous_aux_state) {
+  test::temp_dir dir;
+  auto st = open_store(dir.file("s.db"));
+  const session_id id = *st->create_session(model, "a", official_geometry);
+  auto t0 = make_turn(5, 0, 0, 40);
+  ASSERT_TRUE(st->commit_turn(id, t0.write()).ok());
+  turn_write results;  // items only: the tool results of turn 0's calls
+  const std::string payload = "{\"name\":\"calculator\",\"result\":\"42\"}";
+  results.items.push_back({item_kind::tool_result, payload, 40, 40});
+  ASSERT_TRUE(st->commit_turn(id, results).ok());
+  auto cp = st->load_checkpoint(id);
+  ASSERT_TRUE(cp.ok()) << cp.err().message;
+  EXPECT_EQ(cp->checkpoint.n_turns, 2u);
+  EXPECT_EQ(cp->checkpoint.n_tokens, 40u);
+  ASSERT_EQ(cp->aux.size(), 2u);
+  EXPECT_EQ(cp->aux[0].bytes, t0.aux_bytes[0]);
+  EXPECT_EQ(cp->aux[1].bytes, t0.aux_bytes[1]);
+  EXPECT_TRUE(cp->aux_errors.empty());
+  // A later turn with tokens writes its own aux, not a copy.
+  auto t2 = make_turn(5, 2, 40, 20);
+  ASSERT_TRUE(st->commit_turn(id, t2.write()).ok());
+  cp = st->load_checkpoint(id);
+  ASSERT_TRUE(cp.ok());
+  ASSERT_EQ(cp->aux.size(), 2u);
+  EXPECT_EQ(cp->aux[0].bytes, t2.aux_bytes[0]);
+  EXPECT_TRUE(st->check_invariants(id).ok());
+}
+
 TEST(store, status_follows_the_state_diagram) {
   test::temp_dir dir;
   auto st = open_store(dir.file("s.db"));
