@@ -330,7 +330,8 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     std::vector<int> released = {0, 0};
     released.insert(released.end(), 18, 2);
     released.insert(released.end(), 20, 1);
-    bool is_released = n == 40 && std::equal(released.begin(), released.end(), c.compress_ratios.begin());
+    bool is_released = n == 40 && c.compress_ratios.size() >= released.size() &&
+                       std::equal(released.begin(), released.end(), c.compress_ratios.begin());
     if (is_released) c.kv_source_layer_ids = {2, 8, 14, 20};
     else
       for (int i = 0; i < n && i < int(c.compress_ratios.size()); ++i)

@@ -132,6 +132,16 @@ decoded_header decode_page_header(std::span<const uint8_t> bytes) {
     d.status = page_status::bad_header;
     d.detail = "main_entry_bytes is 0";
   }
+  // entry_bytes (< 2^33) x n_entries (< 2^32) can wrap around 2^64 to a small total that a short
+  // buffer matches; the views verify_page derives from it would then lie outside the buffer.
+  uint64_t payload = 0;
+  if (__builtin_mul_overflow(h.geometry.entry_bytes(), uint64_t{h.n_entries}, &payload) ||
+      payload > UINT64_MAX - page_header_bytes) {
+    d.status = page_status::bad_header;
+    d.detail = "page size overflows: " + std::to_string(h.n_entries) + " entries of " +
+               std::to_string(h.geometry.main_entry_bytes) + "+" +
+               std::to_string(h.geometry.index_entry_bytes) + " B";
+  }
   return d;
 }
 

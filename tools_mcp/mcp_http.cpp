@@ -149,7 +149,7 @@ size_t on_body(char* p, size_t size, size_t n, void* ud) {
       if (e.data.size() > t->max_bytes) big = true;
       else if (!e.data.empty()) (*t->on_data)(e.data);
     });
-    if (big) {
+    if (big || t->sse->buffered_bytes() > t->max_bytes) {
       t->too_big = true;
       return 0;
     }

@@ -42,6 +42,9 @@ class sse_parser {
   const std::string& last_event_id() const { return last_id_; }
   long retry_ms() const { return retry_ms_; }  // -1 when the server sent none
   void set_last_event_id(std::string id) { last_id_ = std::move(id); }
+  // Bytes of the event being read (its unterminated line + data so far): the transport caps
+  // this, so a server that never ends an event cannot grow memory without bound.
+  size_t buffered_bytes() const { return buf_.size() + data_.size() + type_.size(); }
 
  private:
   void line_(std::string_view line, const std::function<void(const event&)>& on_event);

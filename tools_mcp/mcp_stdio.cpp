@@ -170,8 +170,25 @@ void stdio_transport::fail_(error e) {
   if (ev_.on_closed) ev_.on_closed(std::move(e));
 }
 
+bool line_framer::feed(std::string_view bytes, const std::function<void(std::string_view)>& on_line) {
+  size_t start = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != '\n') continue;
+    pending_.append(bytes.data() + start, i - start);
+    start = i + 1;
+    if (!pending_.empty() && pending_.back() == '\r') pending_.pop_back();
+    if (!pending_.empty()) on_line(pending_);
+    pending_.clear();
+  }
+  pending_.append(bytes.data() + start, bytes.size() - start);
+  if (pending_.size() <= max_) return true;
+  pending_.clear();
+  pending_.shrink_to_fit();
+  return false;
+}
+
 void stdio_transport::read_stdout_() {
-  std::string pending;
+  line_framer framer(opt_.max_message_bytes);
   char buf[65536];
   bool discard = false;
   for (;;) {
@@ -183,22 +200,13 @@ void stdio_transport::read_stdout_() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     if (discard) continue;
-    size_t start = 0;
-    for (ssize_t i = 0; i < n; ++i) {
-      if (buf[i] != '\n') continue;
-      pending.append(buf + start, static_cast<size_t>(i) - start);
-      start = static_cast<size_t>(i) + 1;
-      if (!pending.empty() && pending.back() == '\r') pending.pop_back();
-      if (!pending.empty() && ev_.on_message && !closing_.load()) ev_.on_message(pending);
-      pending.clear();
-    }
-    pending.append(buf + start, static_cast<size_t>(n) - start);
-    if (pending.size() > opt_.max_message_bytes) {
+    const bool fits = framer.feed(std::string_view(buf, static_cast<size_t>(n)), [this](std::string_view line) {
+      if (ev_.on_message && !closing_.load()) ev_.on_message(line);
+    });
+    if (!fits) {
       fail_(make_error(errc::invalid_format, "MCP server (" + describe() + ") sent a message longer than " +
                                                  std::to_string(opt_.max_message_bytes) + " bytes; connection closed"));
       discard = true;
-      pending.clear();
-      pending.shrink_to_fit();
     }
   }
   if (closing_.load()) return;

@@ -18,9 +18,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -40,6 +42,21 @@ class byte_ring {
   std::string buf_;
   size_t cap_;
   bool cut_ = false;
+};
+
+// Newline-delimited framing of the server's stdout (pure, for the reader thread and the fuzzer):
+// splits bytes into lines, drops a trailing '\r', skips empty lines. feed() returns false once
+// the unterminated tail exceeds `max_bytes` (checked after the chunk's complete lines were
+// delivered); the caller then closes the transport and stops feeding.
+class line_framer {
+ public:
+  explicit line_framer(size_t max_bytes) : max_(max_bytes) {}
+  bool feed(std::string_view bytes, const std::function<void(std::string_view)>& on_line);
+  size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  std::string pending_;
+  size_t max_;
 };
 
 struct stdio_options {

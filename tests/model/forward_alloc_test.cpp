@@ -25,6 +25,10 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow form (std::stable_sort's temporary buffer) must allocate with malloc too, since the
+// replaced delete above frees it: else ASan reports alloc-dealloc-mismatch. Not counted, as before.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return std::malloc(n ? n : 1); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace cm = cedar::model;
 
