@@ -33,8 +33,8 @@ struct executor_core::gen {
   explicit gen(const generation_params& p) : smp(p.sampling), params(p) {}
 };
 
-executor_core::executor_core(const model::engine& e, size_t ram_budget_bytes)
-    : e_(e), runner_(std::make_unique<model::runner>(e)), budget_(ram_budget_bytes) {}
+executor_core::executor_core(const model::engine& e, size_t ram_budget_bytes, executor_options o)
+    : e_(e), runner_(std::make_unique<model::runner>(e)), budget_(ram_budget_bytes), opts_(o) {}
 executor_core::~executor_core() = default;
 
 // ============================================================================================
@@ -128,7 +128,7 @@ size_t executor_core::resident_bytes() const {
 void executor_core::open_fresh(int64_t session) {
   if (seqs_.count(session)) return;
   resident_seq r;
-  r.seq = std::make_unique<model::sequence>(e_.config());
+  r.seq = std::make_unique<model::sequence>(e_.config(), opts_.storage);
   r.committed_entries.assign(size_t(r.seq->n_sources()), 0);
   lru_.push_front(session);
   r.lru = lru_.begin();
@@ -144,9 +144,11 @@ void executor_core::drop(int64_t session) {
 
 std::vector<int64_t> executor_core::enforce_budget() {
   std::vector<int64_t> evicted;
-  if (resident_bytes() <= budget_) return evicted;
+  // Under the replay / reprefill policies nothing idle stays: every resume goes through the store.
+  const size_t budget = opts_.policy == resume_policy::resident ? budget_ : 0;
+  if (resident_bytes() <= budget) return evicted;
   // Walk from the least recently used end; never evict a generating session.
-  for (auto it = lru_.rbegin(); it != lru_.rend() && resident_bytes() > budget_;) {
+  for (auto it = lru_.rbegin(); it != lru_.rend() && resident_bytes() > budget;) {
     int64_t id = *it;
     ++it;
     if (gens_.count(id)) continue;
@@ -198,6 +200,9 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
   snap.tokens = cp.tokens;
   bool ok = cp.pages_ok && cp.problem.empty();
   if (!ok) why = cp.problem.empty() ? "pages failed verification" : cp.problem;
+  // Exact resume by policy, or unquantised KV (never persisted): re-prefill, without a warning.
+  const bool forced = opts_.policy == resume_policy::reprefill || opts_.storage != model::kv_storage::packed;
+  if (forced) ok = false;
   if (ok && int(cp.sources.size()) != r.seq->n_sources()) {
     ok = false;
     why = "checkpoint has " + std::to_string(cp.sources.size()) + " KV sources, the model " +
@@ -260,8 +265,9 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
   }
   if (!ok) {
     // The token log is the source of truth: rebuild everything from it.
-    CEDAR_LOG_WARN("session %lld: %s; re-prefilling %zu tokens", (long long)session, why.c_str(), cp.tokens.size());
-    r.seq = std::make_unique<model::sequence>(c);
+    if (!forced)
+      CEDAR_LOG_WARN("session %lld: %s; re-prefilling %zu tokens", (long long)session, why.c_str(), cp.tokens.size());
+    r.seq = std::make_unique<model::sequence>(c, opts_.storage);
     model::prefill_options opt;
     opt.mode = model::prefill_mode::ced;
     auto pr = runner_->prefill(*r.seq, cp.tokens, opt);
@@ -322,7 +328,8 @@ turn_kv executor_core::collect_delta(resident_seq& r) {
   turn_kv kv;
   kv.first_token = r.committed_tokens;
   kv.tokens.assign(s.tokens().begin() + int64_t(r.committed_tokens), s.tokens().end());
-  for (int i = 0; i < s.n_sources(); ++i) {
+  // Unquantised (diagnostic) KV is not persisted: the store holds FP4 pages only.
+  for (int i = 0; i < s.n_sources() && s.storage() == model::kv_storage::packed; ++i) {
     const auto& src = s.source(i);
     kv_source_delta d;
     d.layer = uint32_t(src.layer);

@@ -20,6 +20,9 @@
 // `reprefilled` (pages missing or corrupt: prefill the whole token log again; slow, exact).
 // Residents are evicted least-recently-used when their bytes exceed the RAM budget; they were
 // committed to the store at the end of their last turn, so eviction loses nothing.
+// executor_options::policy (runtime_options::resume_policy) can make every resume go through the
+// store: `replay` evicts every idle resident after each commit (production's path after a tool
+// result under memory pressure, measured by `cedar eval`), `reprefill` also re-prefills on restore.
 #pragma once
 
 #include <chrono>
@@ -36,12 +39,20 @@
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
 #include "model/sequence.hpp"
+#include "runtime/cedar.hpp"
 #include "sessions/store.hpp"
 
 namespace cedar::runtime {
 
 enum class resume_path { fresh, resident, replayed, reprefilled };
 const char* resume_path_name(resume_path p);
+
+struct executor_options {
+  resume_policy policy = resume_policy::resident;
+  // packed: FP8 SWA + FP4 global KV (the model). f32_diagnostic: nothing quantised; its KV is not
+  // persisted (the store holds FP4 pages), so a restore re-prefills from the token log.
+  model::kv_storage storage = model::kv_storage::packed;
+};
 
 struct generation_params {
   model::sampler_params sampling;
@@ -110,7 +121,7 @@ struct step_token {
 
 class executor_core {
  public:
-  executor_core(const model::engine& e, size_t ram_budget_bytes);
+  executor_core(const model::engine& e, size_t ram_budget_bytes, executor_options o = {});
   ~executor_core();
 
   const model::engine& engine() const { return e_; }
@@ -146,7 +157,8 @@ class executor_core {
 
   // The aux blobs that describe a sequence's resumable state (pending groups, n-gram history).
   static std::vector<std::pair<std::string, std::vector<uint8_t>>> aux_of(const model::sequence& s);
-  // Evicts LRU residents (idle ones) until the budget holds; returns the evicted sessions.
+  // Evicts LRU residents (idle ones) until the budget holds (every idle one under the replay and
+  // reprefill policies); returns the evicted sessions.
   std::vector<int64_t> enforce_budget();
 
  private:
@@ -163,6 +175,7 @@ class executor_core {
   const model::engine& e_;
   std::unique_ptr<model::runner> runner_;
   size_t budget_;
+  executor_options opts_;
   std::map<int64_t, resident_seq> seqs_;
   std::list<int64_t> lru_;  // front = most recently used
   std::map<int64_t, std::unique_ptr<gen>> gens_;

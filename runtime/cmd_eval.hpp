@@ -1,0 +1,51 @@
+// `cedar eval TASKS.jsonl [--json]`: runs a task file through the real runtime (issue 6).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/base/result.hpp"
+#include "runtime/cedar.hpp"
+#include "runtime/eval_tasks.hpp"
+
+namespace cedar::runtime {
+
+void add_eval_command(CLI::App& app, int* exit_code);
+
+// ---- the evaluation as a library (the command and tests/runtime/eval_test.cpp use it) ----
+
+struct eval_settings {
+  std::string model_dir;                 // used when engine/tokenizer are not given
+  std::shared_ptr<const model::engine> engine;
+  std::shared_ptr<const model::tokenizer> tokenizer;
+  std::string mcp_config;
+  resume_policy resume = resume_policy::replay;
+  bool kv_unquantised = false;
+  int max_rounds = 8;                    // model replies with tool calls per user turn
+  int max_new_tokens = 256;              // per model reply
+  std::string default_system = "You are cedar, a helpful assistant. Use the tools when they help.";
+};
+
+struct eval_outcome {
+  std::string id, family;
+  bool ok = false;
+  std::string error;                     // the task could not run to its end (setup or runtime)
+  int turns = 0, rounds = 0, tool_calls = 0, invalid_tool_calls = 0, tool_errors = 0;
+  int64_t prompt_tokens = 0, replayed_tokens = 0, generated_tokens = 0, context = 0;
+  int fresh = 0, resident = 0, replayed = 0, reprefilled = 0;  // resume path of every generation
+  bool round_limit = false;
+  std::string answer;                    // the final answer
+  double seconds = 0;
+};
+
+// Runs one task in a fresh temporary directory (file root + SQLite store), with its own runtime
+// on the shared model; removes the directory afterwards.
+eval_outcome run_eval_task(const eval_task& t, const eval_settings& s);
+
+// The summary object of `cedar eval --json` (per family when tasks carry one; per task when
+// `details`).
+std::string eval_summary_json(const std::vector<eval_outcome>& r, const eval_settings& s, bool details, double seconds);
+
+}  // namespace cedar::runtime
