@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/base/log.hpp"
+#include "tools_mcp/json_schema.hpp"
 
 namespace cedar::runtime {
 
@@ -27,6 +28,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<session_msg>("session_msg");
   cfg.add_message_type<std::vector<session_msg>>("std::vector<session_msg>");
   cfg.add_message_type<store_reply>("store_reply");
+  cfg.add_message_type<kv_usage_msg>("kv_usage_msg");
   cfg.add_message_type<agent_event_msg>("agent_event_msg");
   cfg.add_message_type<turn_summary>("turn_summary");
   cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
@@ -81,9 +83,10 @@ gen_done error_done(int64_t session, std::string msg) {
 }
 
 executor_actor::behavior_type executor_fn(executor_actor::stateful_pointer<executor_state> self,
-                                          std::shared_ptr<const model::engine> e, size_t budget, store_actor store) {
+                                          std::shared_ptr<const model::engine> e, size_t budget, store_actor store,
+                                          executor_options opts) {
   self->state.engine = e;
-  self->state.core = std::make_unique<executor_core>(*e, budget);
+  self->state.core = std::make_unique<executor_core>(*e, budget, opts);
   self->state.store = store;
 
   auto deliver_finished = [self] {
@@ -214,8 +217,8 @@ executor_actor::behavior_type executor_fn(executor_actor::stateful_pointer<execu
 }  // namespace
 
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<const model::engine> e, size_t ram_budget_bytes,
-                              store_actor store) {
-  return sys.spawn<caf::detached>(executor_fn, std::move(e), ram_budget_bytes, std::move(store));
+                              store_actor store, executor_options opts) {
+  return sys.spawn<caf::detached>(executor_fn, std::move(e), ram_budget_bytes, std::move(store), opts);
 }
 
 // ============================================================================================
@@ -322,6 +325,34 @@ store_actor::behavior_type store_fn(store_actor::stateful_pointer<store_state> s
         for (const auto& s : *l) out.push_back(to_msg(s));
         return {out, std::string()};
       },
+      [raw](kv_usage_atom, int64_t id) {
+        kv_usage_msg m;
+        auto info = raw->get_session(id);
+        if (!info) {
+          m.error = info.err().message;
+          return m;
+        }
+        auto refs = raw->page_refs(id);
+        if (!refs) {
+          m.error = refs.err().message;
+          return m;
+        }
+        const sessions::page_geometry& g = info->geometry;
+        for (const auto& r : *refs) {
+          m.n_pages++;
+          m.n_entries += int64_t(r.n_entries);
+          m.fp4_bytes += int64_t(sessions::page_header_bytes + uint64_t(r.n_entries) * g.entry_bytes());
+          m.bf16_bytes += int64_t(r.n_entries) * (int64_t(g.main_dims) + int64_t(g.index_dims)) * 2;
+        }
+        return m;
+      },
+      [raw](fork_atom, int64_t parent, uint32_t n_turns) {
+        store_reply r;
+        auto id = raw->fork_session(parent, n_turns);
+        if (!id) r.error = id.err().message;
+        else r.value = *id;
+        return r;
+      },
   };
 }
 
@@ -413,12 +444,23 @@ struct agent_state {
 
 using agent_ptr = caf::stateful_actor<agent_state>*;
 
+// Publishes an event of this agent's session to the runtime's observer (the dashboard).
+void note(agent_ptr self, const char* type, njson data) {
+  if (self->state.cfg.obs) self->state.cfg.obs->publish(type, self->state.session, std::move(data));
+}
+
 void finish_turn(agent_ptr self, std::string error = {}) {
   auto& s = self->state;
   s.sum.error = std::move(error);
   s.sum.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.t0).count();
   if (!s.sum.error.empty() && s.events) self->send(s.events, event_atom::value, agent_event_msg{"error", s.sum.error, "", "", true, 0});
   s.busy = false;
+  note(self, "turn_end",
+       njson{{"answer", s.sum.answer}, {"error", s.sum.error}, {"cancelled", s.sum.cancelled},
+             {"rounds", s.sum.rounds}, {"tool_calls", s.sum.tool_calls}, {"prompt_tokens", s.sum.prompt_tokens},
+             {"generated_tokens", s.sum.generated_tokens}, {"replayed_tokens", s.sum.replayed_tokens},
+             {"context", s.sum.context}, {"resume_path", s.sum.resume_path},
+             {"first_token_ms", s.sum.first_token_ms}, {"total_ms", s.sum.total_ms}});
   if (s.events) self->send(s.events, s.sum);
   s.events = nullptr;
 }
@@ -475,13 +517,26 @@ void after_tools(agent_ptr self) {
       [self](caf::error& e) { finish_turn(self, "store unavailable: " + caf::to_string(e)); });
 }
 
+// A call that can run as made: parsed, offered, arguments JSON that match the tool's schema
+// (turn_result::invalid_tool_calls counts the others).
+bool valid_call(const tools::tool_registry& reg, const tool_call& call) {
+  if (!call.error.empty()) return false;
+  auto t = reg.find(call.name);
+  if (!t) return false;
+  auto args = tools::json::parse(call.arguments_json, nullptr, false);
+  return !args.is_discarded() && tools::schema_validate(t->input_schema, args).ok();
+}
+
 void run_tools(agent_ptr self) {
   auto& s = self->state;
   for (const tool_call& call : s.calls) {
     s.sum.tool_calls++;
+    if (!valid_call(*s.reg, call)) s.sum.invalid_tool_calls++;
     if (s.events)
       self->send(s.events, event_atom::value, agent_event_msg{"tool_call", "", call.name, call.arguments_json, false, 0});
+    note(self, "tool_call", njson{{"id", call.id}, {"name", call.name}, {"arguments", call.arguments_json}});
     if (!call.error.empty()) {
+      note(self, "tool_result", njson{{"id", call.id}, {"name", call.name}, {"text", call.error}, {"is_error", true}, {"ms", 0}});
       s.results[call.id] = {call.id, call.error, true, 0};
       continue;
     }
@@ -528,12 +583,17 @@ void on_generation(agent_ptr self, gen_done& d) {
     return;
   }
   s.fresh = false;
+  note(self, "generation",
+       njson{{"resume_path", d.resume_path}, {"n_prompt", d.n_prompt}, {"n_replayed", d.n_replayed},
+             {"n_generated", d.n_generated}, {"context", d.context}, {"resume_ms", d.resume_ms},
+             {"prefill_ms", d.prefill_ms}, {"decode_ms", d.decode_ms}});
   s.sum.rounds++;
   s.sum.prompt_tokens += d.n_prompt;
   s.sum.generated_tokens += d.n_generated;
   s.sum.replayed_tokens += d.n_replayed;
   s.sum.context = d.context;
   if (s.sum.resume_path.empty()) s.sum.resume_path = d.resume_path;
+  s.sum.resume_paths.push_back(d.resume_path);
   reply_action act = s.loop->end_reply(d.stopped);
 
   commit_request c;
@@ -547,7 +607,8 @@ void on_generation(agent_ptr self, gen_done& d) {
                               njson{{"content", act.content}, {"tool_calls", calls}, {"stopped", d.stopped},
                                     {"parse_errors", act.parse_errors}, {"resume_path", d.resume_path},
                                     {"prefill_ms", d.prefill_ms}, {"decode_ms", d.decode_ms},
-                                    {"n_prompt", d.n_prompt}, {"n_generated", d.n_generated}},
+                                    {"n_prompt", d.n_prompt}, {"n_generated", d.n_generated},
+                                    {"n_replayed", d.n_replayed}, {"context", d.context}, {"resume_ms", d.resume_ms}},
                               end - uint64_t(d.generated.size()), end));
   for (const tool_call& tc : act.calls)
     c.items.push_back(make_item("tool_call", njson{{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json},
@@ -679,6 +740,7 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
         s.sum = turn_summary{};
         s.t0 = std::chrono::steady_clock::now();
         s.first_token_seen = false;
+        note(self, "turn_begin", njson{{"agent", s.cfg.name}, {"text", text}});
         auto toks = s.loop->begin_turn(text);
         if (!toks) {
           finish_turn(self, toks.err().message);
@@ -703,6 +765,8 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
         }
         std::vector<model::dsml_event> ev;
         s.loop->on_token(tok, ev);
+        for (const auto& e : ev)
+          if (e.kind == model::dsml_event_kind::content && !e.text.empty()) note(self, "token", njson{{"text", e.text}});
         if (!s.events) return;
         for (const auto& e : ev)
           if (e.kind == model::dsml_event_kind::content && !e.text.empty())
@@ -715,6 +779,8 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
         std::string name;
         for (const auto& c : s.calls)
           if (c.id == id) name = c.name;
+        note(self, "tool_result", njson{{"id", id}, {"name", name}, {"text", s.cfg.obs ? s.cfg.obs->cut(text) : text},
+                                        {"is_error", is_error}, {"ms", ms}});
         if (s.events) self->send(s.events, event_atom::value, agent_event_msg{"tool_result", text, name, "", is_error, ms});
         if (s.results.size() == s.calls.size()) after_tools(self);
       },
@@ -727,6 +793,7 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
           if (c.id == id) name = c.name;
         std::string text = "tool '" + name + "' timed out after " + std::to_string(s.cfg.tool_timeout_ms) + " ms";
         s.results[id] = {id, text, true, double(s.cfg.tool_timeout_ms)};
+        note(self, "tool_result", njson{{"id", id}, {"name", name}, {"text", text}, {"is_error", true}, {"ms", double(s.cfg.tool_timeout_ms)}});
         if (s.events) self->send(s.events, event_atom::value, agent_event_msg{"tool_result", text, name, "", true, 0});
         if (s.results.size() == s.calls.size()) after_tools(self);
       },

@@ -6,6 +6,7 @@
 
 #include "runtime/agent_loop.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/observer.hpp"
 #include "sessions/store.hpp"
 #include "tools_mcp/tool_registry.hpp"
 
@@ -13,7 +14,7 @@ namespace cedar::runtime {
 
 // The executor: owns the sequences of every session, batches all agents' decode steps.
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<const model::engine> e, size_t ram_budget_bytes,
-                              store_actor store);
+                              store_actor store, executor_options opts = {});
 
 // The store: the only owner of the SQLite connection.
 store_actor spawn_store(caf::actor_system& sys, std::unique_ptr<sessions::store> st, uint64_t model_hash,
@@ -27,6 +28,7 @@ struct agent_config {
   uint64_t seed = 0;
   agent_limits limits;
   int tool_timeout_ms = 30000;
+  std::shared_ptr<observer> obs;         // when set, the agent publishes its events there
 };
 
 // An agent bound to `session` (created or resumed by the caller). Its behavior:

@@ -101,7 +101,10 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
   g.main_entry_bytes = uint32_t(kernels::fp4_kv_bytes(c.head_dim));
   g.index_entry_bytes = uint32_t(kernels::fp4_index_bytes(c.index_head_dim));
   p->store = spawn_store(*p->sys, std::move(*st), p->model_hash, g);
-  p->exec = spawn_executor(*p->sys, p->engine, o.ram_budget_mb << 20, p->store);
+  runtime::executor_options xo;
+  xo.policy = o.resume;
+  if (o.kv_unquantised) xo.storage = model::kv_storage::f32_diagnostic;
+  p->exec = spawn_executor(*p->sys, p->engine, o.ram_budget_mb << 20, p->store, xo);
   return std::unique_ptr<agent_runtime>(new agent_runtime(std::move(p)));
 }
 
@@ -116,8 +119,9 @@ std::vector<std::string> agent_runtime::tool_names() const {
 const model::tokenizer& agent_runtime::tokenizer() const { return *p_->tok; }
 const model::engine& agent_runtime::engine() const { return *p_->engine; }
 
-static agent_config to_config(const agent_options& o) {
+static agent_config to_config(const agent_options& o, std::shared_ptr<observer> obs) {
   agent_config c;
+  c.obs = std::move(obs);
   c.name = o.name;
   c.system_prompt = o.system_prompt;
   c.tools = o.tools;
@@ -146,7 +150,7 @@ result<agent> agent_runtime::create_agent(const agent_options& o) {
             auto a = std::make_shared<agent::impl>();
             a->session = r.value;
             a->sys = p_->sys.get();
-            a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, r.value, to_config(o), {}, true,
+            a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, r.value, to_config(o, p_->obs), {}, true,
                                    p_->engine->config().eos_token_id);
             std::lock_guard<std::mutex> lk(p_->mu);
             p_->agents.push_back(a->actor);
@@ -171,7 +175,7 @@ result<agent> agent_runtime::resume_agent(int64_t session, const agent_options& 
             auto a = std::make_shared<agent::impl>();
             a->session = session;
             a->sys = p_->sys.get();
-            a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, session, to_config(o),
+            a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, session, to_config(o, p_->obs),
                                    std::move(msgs), stopped, p_->engine->config().eos_token_id);
             std::lock_guard<std::mutex> lk(p_->mu);
             p_->agents.push_back(a->actor);
@@ -247,6 +251,8 @@ result<turn_result> agent::ask(const std::string& text, const std::function<void
   r.round_limit = sum.round_limit;
   r.rounds = sum.rounds;
   r.tool_calls = sum.tool_calls;
+  r.invalid_tool_calls = sum.invalid_tool_calls;
+  r.resume_paths = sum.resume_paths;
   r.prompt_tokens = sum.prompt_tokens;
   r.generated_tokens = sum.generated_tokens;
   r.replayed_tokens = sum.replayed_tokens;

@@ -29,12 +29,23 @@ class tokenizer;
 
 namespace cedar {
 
+// How a session comes back for its next generation (after a tool result or a user turn).
+//   resident   it stays in RAM while the budget allows (production default)
+//   replay     evicted to the store after every commit: every resume restores the FP4 global KV
+//              and runs bounded replay (what production does under memory pressure; `cedar eval`)
+//   reprefill  evicted likewise, restored by re-prefilling the whole token log (exact, slow)
+enum class resume_policy { resident, replay, reprefill };
+
 struct runtime_options {
   // A model directory: config.json, model.safetensors, tokenizer.json (+ token_map.npy).
   std::string model_dir;
   // The SQLite session store (created if missing).
   std::string store_path;
   size_t ram_budget_mb = 2048;  // resident sequences beyond it are evicted (they stay in the store)
+  resume_policy resume = resume_policy::resident;
+  // Diagnostic (`cedar eval --kv bf16`): keep every KV entry unquantised (fp32). Such KV is not
+  // persisted, so a session that leaves RAM comes back by re-prefilling its token log.
+  bool kv_unquantised = false;
   int scheduler_threads = 2;
   // Optional `mcpServers` config file: every server's tools join the registry as "<server>__<tool>".
   std::string mcp_config;
@@ -74,8 +85,12 @@ struct turn_result {
   bool cancelled = false;
   bool round_limit = false;     // the model kept calling tools past max_tool_rounds
   int rounds = 0, tool_calls = 0;
+  // Calls that could not run as made: malformed DSML, a tool not offered, arguments that are not
+  // JSON or do not match the tool's input schema. (A tool that ran and reported an error is valid.)
+  int invalid_tool_calls = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, replayed_tokens = 0, context = 0;
   std::string resume_path;      // fresh | resident | replayed | reprefilled
+  std::vector<std::string> resume_paths;  // every generation's, in order
   double first_token_ms = 0, total_ms = 0;
 };
 

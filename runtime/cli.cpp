@@ -8,9 +8,11 @@
 #include "kernels/base/log.hpp"
 #include "kernels/device.hpp"
 #include "runtime/cmd_agent.hpp"
+#include "runtime/cmd_eval.hpp"
 #include "runtime/cmd_generate.hpp"
 #include "runtime/cmd_mcp.hpp"
 #include "runtime/cmd_model.hpp"
+#include "runtime/cmd_serve.hpp"
 #include "runtime/cmd_sessions.hpp"
 
 namespace cedar::runtime {
@@ -34,6 +36,8 @@ int cli_main(int argc, char** argv) {
 
   add_agent_commands(app, &exit_code);
   add_generate_command(app, &exit_code);
+  add_serve_command(app, &exit_code);
+  add_eval_command(app, &exit_code);
 
   app.parse_complete_callback([&] {
     if (verbose) log_set_level(log_level::debug);

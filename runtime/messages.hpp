@@ -32,6 +32,8 @@ using event_atom = caf::atom_constant<caf::atom("event")>;
 using tool_done_atom = caf::atom_constant<caf::atom("tool_done")>;
 using tool_tmo_atom = caf::atom_constant<caf::atom("tool_tmo")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
+using kv_usage_atom = caf::atom_constant<caf::atom("kv_usage")>;
+using fork_atom = caf::atom_constant<caf::atom("fork")>;
 
 // ---- executor ------------------------------------------------------------------------------
 struct gen_request {
@@ -166,6 +168,18 @@ typename Inspector::result_type inspect(Inspector& f, store_reply& x) {
   return f(caf::meta::type_name("store_reply"), x.error, x.value);
 }
 
+// The FP4 KV pages a session references (the dashboard), and what they would take in bf16.
+struct kv_usage_msg {
+  std::string error;
+  int64_t n_pages = 0, n_entries = 0;
+  int64_t fp4_bytes = 0;   // page blobs: 64-byte headers + main + index entries
+  int64_t bf16_bytes = 0;  // the same entries as bf16 values (main_dims + index_dims) * 2
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_usage_msg& x) {
+  return f(caf::meta::type_name("kv_usage_msg"), x.error, x.n_pages, x.n_entries, x.fp4_bytes, x.bf16_bytes);
+}
+
 using executor_actor = caf::typed_actor<
     caf::replies_to<generate_atom, gen_request, caf::actor>::with<gen_done>,  // actor: token sink
     caf::reacts_to<cancel_atom, int64_t>,
@@ -178,7 +192,9 @@ using store_actor = caf::typed_actor<
     caf::replies_to<load_atom, int64_t>::with<resume_msg>,
     caf::replies_to<items_atom, int64_t>::with<std::vector<item_msg>, std::string>,
     caf::replies_to<finish_atom, int64_t, std::string>::with<store_reply>,
-    caf::replies_to<list_atom>::with<std::vector<session_msg>, std::string>>;
+    caf::replies_to<list_atom>::with<std::vector<session_msg>, std::string>,
+    caf::replies_to<kv_usage_atom, int64_t>::with<kv_usage_msg>,
+    caf::replies_to<fork_atom, int64_t, uint32_t>::with<store_reply>>;   // parent, n_turns -> fork id
 
 // Registers every message type above with the actor system config (both ends of a remote link
 // must call it).
@@ -205,14 +221,17 @@ struct turn_summary {
   std::string answer;
   bool cancelled = false, round_limit = false;
   int32_t rounds = 0, tool_calls = 0;
+  int32_t invalid_tool_calls = 0;  // turn_result::invalid_tool_calls
   int64_t prompt_tokens = 0, generated_tokens = 0, replayed_tokens = 0, context = 0;
   std::string resume_path;  // of the turn's first generation
+  std::vector<std::string> resume_paths;  // of every generation, in order
   double first_token_ms = 0, total_ms = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_summary& x) {
   return f(caf::meta::type_name("turn_summary"), x.error, x.answer, x.cancelled, x.round_limit, x.rounds, x.tool_calls,
-           x.prompt_tokens, x.generated_tokens, x.replayed_tokens, x.context, x.resume_path, x.first_token_ms, x.total_ms);
+           x.invalid_tool_calls, x.prompt_tokens, x.generated_tokens, x.replayed_tokens, x.context, x.resume_path,
+           x.resume_paths, x.first_token_ms, x.total_ms);
 }
 
 }  // namespace cedar::runtime

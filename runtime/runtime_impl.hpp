@@ -9,6 +9,7 @@
 
 #include "runtime/actors.hpp"
 #include "runtime/cedar.hpp"
+#include "runtime/observer.hpp"
 
 namespace cedar {
 
@@ -24,6 +25,8 @@ struct agent_runtime::impl {
   std::mutex mu;
   std::vector<caf::actor> agents;
   runtime_options opts;
+  // Events of every agent, for the dashboard (runtime/observer.hpp).
+  std::shared_ptr<runtime::observer> obs = std::make_shared<runtime::observer>();
 
   ~impl() {
     for (auto& a : agents) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);

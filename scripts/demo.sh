@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh
+scripts/setup-npm.sh  # the dashboard's chart library is embedded at build time
 scripts/build.sh
 exec build/bin/cedar demo "$@"

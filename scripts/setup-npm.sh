@@ -14,6 +14,9 @@ command -v npm >/dev/null 2>&1 || { echo "setup-npm: npm not found; run scripts/
 # Each entry: folder (relative to the repo) and the files that must exist after `npm ci`.
 NPM_DIRS=(
   "tests/tools_mcp/servers:node_modules/.bin/mcp-server-everything node_modules/.bin/mcp-server-filesystem node_modules/.bin/node"
+  "tests/openai:node_modules/openai/package.json"
+  "runtime/server/web:node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css"
+  "tests/dashboard:node_modules/playwright-core/package.json"
 )
 
 for entry in "${NPM_DIRS[@]}"; do
