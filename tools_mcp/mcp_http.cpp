@@ -451,7 +451,7 @@ void http_transport::set_protocol_version(const std::string& protocol_version) {
 }
 
 void http_transport::initialized() {
-  if (get_started_.exchange(true) || closing_.load()) return;
+  if (!opt_.listen || get_started_.exchange(true) || closing_.load()) return;
   auto s = std::make_shared<stream>();
   std::lock_guard lock(mu_);
   workers_.emplace_back(s, std::thread([this, s] {

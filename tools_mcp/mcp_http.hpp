@@ -62,6 +62,9 @@ struct http_options {
   std::chrono::milliseconds send_timeout{30000};  // notifications/responses (202 expected)
   std::chrono::milliseconds default_retry{1000};  // reconnect delay when the server gave none
   int max_reconnects = 5;                         // per stream, without progress in between
+  // Open the standalone GET stream after initialisation, for server-initiated requests and
+  // notifications. Off for servers that never send any (one connection fewer).
+  bool listen = true;
 };
 
 class http_transport final : public transport {
