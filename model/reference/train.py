@@ -136,6 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sparse-moe", action="store_true",
                     help="keep the reference's per-expert MoE loop on the GPU (default there: the "
                          "sync-free dense-weighted form, same function)")
+    ap.add_argument("--dense-attention", action="store_true",
+                    help="stages B/C through the dense [T, T] attention path (the sparse training "
+                         "path computes the same function, several times faster)")
     ap.add_argument("--no-autocast", action="store_true", help="fp32 on the GPU (default: bf16 autocast)")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--tf-eval-n", type=int, default=300, help="held-out samples for teacher-forced eval")
@@ -206,7 +209,7 @@ def main(argv=None) -> int:
             sstep = int(frac * 10000)
             sched.steps = 10000
             stage = sched.stage(sstep)
-            TC.apply_stage(m, stage, base)
+            TC.apply_stage(m, stage, base, sparse=not args.dense_attention)
             lrm = sched.lr_mult(sstep)
             for g in opt.param_groups:
                 g["lr"] = args.lr * lrm * g["lr_mult"]

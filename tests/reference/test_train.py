@@ -89,6 +89,49 @@ class TrainTest(unittest.TestCase):
         self.assertLess(losses[-1], losses[0] - 0.2)
         self.assertGreater(out.kl, 0.0)
 
+    def test_sparse_training_path_computes_the_dense_function(self):
+        """model.sparse_train (banded window, gathered top-k entries, selection under no_grad)
+        gives the dense path's logits, LM loss, indexer KL and gradients, in stage B and C, for
+        the full forward and the bounded-replay tail."""
+        for stage in ("B", "C"):
+            m, _, _ = self.fresh(3)
+            base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+            ids, mask, lens, starts = batch(2, 40, seed=5)
+            valid = torch.arange(ids.shape[1])[None] < lens[:, None]
+            W = m.cfg.sliding_window
+            out = {}
+            for sparse in (False, True):
+                TC.apply_stage(m, stage, base, sparse=sparse)
+                self.assertEqual(m.sparse_train, sparse)
+                m.zero_grad(set_to_none=True)
+                trace = {"compressed_probs": {}}
+                logits, state, Xd, pred = TC.full_forward(m, ids, trace)
+                lm, _ = TC.lm_loss(logits, ids, mask)
+                kl, _ = TC.indexer_kl(trace, valid)
+                tail = TC.replay_tail(m, state, Xd, pred, 1, int(starts[1]) - W, int(lens[1]))
+                (lm + kl + tail.square().mean() * 1e-3).backward()
+                grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+                out[sparse] = (logits.detach(), float(kl), tail.detach(), grads)
+            (l0, kl0, t0, g0), (l1, kl1, t1, g1) = out[False], out[True]
+            self.assertGreater(kl0, 0.0)
+            torch.testing.assert_close(l1, l0, rtol=1e-4, atol=1e-4, msg=f"stage {stage} logits")
+            torch.testing.assert_close(t1, t0, rtol=1e-4, atol=1e-4, msg=f"stage {stage} replay tail")
+            self.assertAlmostEqual(kl1, kl0, places=4, msg=f"stage {stage} indexer KL")
+            self.assertEqual(set(g1), set(g0))
+            for n in g0:
+                torch.testing.assert_close(g1[n], g0[n], rtol=1e-3, atol=1e-5, msg=f"stage {stage} grad {n}")
+
+    def test_fast_topk_breaks_ties_like_the_stable_sort(self):
+        from cedar_ref.model import fast_topk_indices, stable_topk_indices
+        g = torch.Generator().manual_seed(4)
+        x = torch.randint(-3, 4, (6, 50, 97), generator=g).float() * 0.5   # many exact ties
+        x[x == 0.5] = -0.0
+        x[:, :, ::7] = float("-inf")
+        x[0, 0, 3] = float("inf")
+        x[1] = torch.randn(50, 97, generator=g) * 1e-30                     # subnormal range
+        for k in (1, 4, 64, 97):
+            self.assertTrue(torch.equal(fast_topk_indices(x, k), stable_topk_indices(x, k)), k)
+
     def test_gradient_audit(self):
         m, opt, tr = self.fresh(1)
         base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}

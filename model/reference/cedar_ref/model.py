@@ -27,6 +27,14 @@ Training: `model(ids)` with a fresh state runs the whole sequence causally (batc
 QuantFlags(ste=True) so the fake-quantisers pass gradients straight through; `swa_min_pos`
 simulates bounded replay. The LM loss reaches no indexer parameter (top-k is integer): a
 trainer adds the indexer KL from trace["index_scores"] vs trace["compressed_probs"].
+
+`model.sparse_train = True` (the trainer's fast path) computes the same function without any
+[T, T] or [T, E] tensor on the gradient path: sliding-window attention over a band of W keys
+per row (fresh state, T > W), compressed attention over the k selected entries gathered per
+row, index scores for selection under no_grad (torch.topk on a tie-breaking key) and
+recomputed with gradients for the selected entries only. Its trace holds the sparse forms:
+"topk_idx" {layer: long [B,T,k]}, "topk_valid" {layer: bool [B,T,k]}, "index_scores" and
+"compressed_probs" {layer: [B,T,k]} aligned with topk_idx. Serving paths never set it.
 """
 
 from dataclasses import dataclass
@@ -63,6 +71,17 @@ _FQ = {"fp8_swa": Q.fake_quant_fp8_swa, "fp4_kv": Q.fake_quant_fp4_kv,
 def stable_topk_indices(x, k):
     """Indices of the k largest along the last axis; exact ties go to the LOWER index."""
     return torch.sort(x, dim=-1, descending=True, stable=True)[1][..., :k]
+
+
+def fast_topk_indices(x, k):
+    """stable_topk_indices(x, k) (same indices, same order) through torch.topk on an int64 key:
+    the fp32 value mapped to an order-preserving integer in the high half, E-1-index in the low
+    half, so exact ties (±0 included) go to the lower index. x fp32 [..., E] without NaN."""
+    E = x.shape[-1]
+    bits = (x.float() + 0.0).contiguous().view(torch.int32).long()  # + 0.0: -0 -> +0
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    key = ordered * (1 << 32) + (E - 1 - torch.arange(E, device=x.device))
+    return torch.topk(key, k, dim=-1)[1]
 
 
 class RMSNorm(nn.Module):
@@ -172,7 +191,10 @@ class Indexer(nn.Module):
         E = src.index_k.shape[1]
         if E == 0:
             ctx.shared["topk"] = None
+            ctx.shared["topk_idx"] = None
             return
+        if ctx.model.sparse_train:
+            return self._forward_sparse(x, qr, src, ctx)
         B, T, _ = x.shape
         Hi, Di = cfg.index_n_heads, cfg.index_head_dim
         cos, sin = ctx.rope("compress")
@@ -201,6 +223,42 @@ class Indexer(nn.Module):
         ctx.shared["topk"] = sel
         if ctx.trace is not None:
             ctx.trace.setdefault("topk", {})[self.layer] = sel
+
+
+    def _forward_sparse(self, x, qr, src, ctx):
+        """Training path: selection without gradients over [B, T, E], then the selected
+        entries' scores recomputed with gradients ([B, T, k]) for the indexer KL."""
+        cfg = self.cfg
+        E = src.index_k.shape[1]
+        B, T, _ = x.shape
+        Hi, Di = cfg.index_n_heads, cfg.index_head_dim
+        cos, sin = ctx.rope("compress")
+        q = ctx.fq(apply_rope(self.wq_b(qr).view(B, T, Hi, Di), cos, sin), "fp4_index_q")
+        w = self.weights_proj(x).float() * Hi ** -0.5                    # [B, T, Hi]
+        lens = (ctx.positions.long() + 1) // self.ratio
+        k = min(cfg.index_topk, E)
+        with torch.no_grad():
+            score = torch.einsum("bthd,bed->bthe", q.to(src.index_k.dtype), src.index_k).float()
+            score = (score.relu_() * (w.unsqueeze(-1) * Di ** -0.5)).sum(2)  # [B, T, E]
+            visible = torch.arange(E, device=x.device)[None, :] < lens[:, None]
+            score.masked_fill_(~visible, float("-inf"))
+            if self.is_candidate_source:
+                ctx.shared["candidates"] = select_candidate_blocks(
+                    score, lens, cfg.candidate_topk_blocks, cfg.candidate_block_size)
+            elif self.uses_candidates and ctx.shared.get("candidates") is not None:
+                score.masked_fill_(~ctx.shared["candidates"], float("-inf"))
+            idx = fast_topk_indices(score, k)
+            valid = score.gather(-1, idx) > float("-inf")
+            del score
+        ctx.shared["topk"] = None
+        ctx.shared["topk_idx"], ctx.shared["topk_valid"] = idx, valid
+        if ctx.trace is not None:
+            kg = src.index_k[torch.arange(B, device=x.device)[:, None, None], idx]   # [B, T, k, Di]
+            s = torch.einsum("bthd,btkd->bthk", q.float(), kg.float()).relu() * Di ** -0.5
+            sel = (s * w.unsqueeze(-1)).sum(2).masked_fill(~valid, float("-inf"))
+            ctx.trace.setdefault("index_scores", {})[self.layer] = sel
+            ctx.trace.setdefault("topk_idx", {})[self.layer] = idx
+            ctx.trace.setdefault("topk_valid", {})[self.layer] = valid
 
 
 def select_candidate_blocks(score, lens, topk_blocks, block):
@@ -272,41 +330,64 @@ class Attention(nn.Module):
         keep = max(W - 1, 0)
         st.swa_kv[l] = keys[:, keys.shape[1] - keep:] if keep else keys[:, :0]
         st.swa_pos[l] = kpos[kpos.shape[0] - keep:] if keep else kpos[:0]
-        win = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - W)
-        if ctx.swa_min_pos is not None:
-            win = win & (kpos[None, :] >= ctx.swa_min_pos[:, None])
+        banded = ctx.model.sparse_train and keys.shape[1] == T and T > W
+        if not banded:
+            win = (kpos[None, :] <= pos[:, None]) & (kpos[None, :] > pos[:, None] - W)
+            if ctx.swa_min_pos is not None:
+                win = win & (kpos[None, :] >= ctx.swa_min_pos[:, None])
 
         # ---- global branch ----
-        ckv, sel = None, None
+        ckv, sel, gathered = None, None, False
         if self.ratio:
             src = st.sources[cfg.kv_source_of(l)]
             if self.compressor is not None and ctx.write_global:
                 self.write_global(x, src, ctx)
             if self.indexer is not None:
                 self.indexer(x, qr, src, ctx)
-            sel = ctx.shared.get("topk")
-            if sel is not None:
-                if sel.shape[-1] != src.n_entries:
-                    raise RuntimeError(f"layer {l}: top-k covers {sel.shape[-1]} entries, its KV "
-                                       f"source has {src.n_entries}")
-                ckv = src.kv
+            if ctx.model.sparse_train and ctx.shared.get("topk_idx") is not None:
+                # the k selected entries of every row, gathered: [B, T, k, D]
+                idx, sel = ctx.shared["topk_idx"], ctx.shared["topk_valid"]
+                ckv = src.kv[torch.arange(B, device=x.device)[:, None, None], idx]
+                gathered = True
+            else:
+                sel = ctx.shared.get("topk")
+                if sel is not None:
+                    if sel.shape[-1] != src.n_entries:
+                        raise RuntimeError(f"layer {l}: top-k covers {sel.shape[-1]} entries, its KV "
+                                           f"source has {src.n_entries}")
+                    ckv = src.kv
 
         # ---- one softmax over window + selected entries + per-head sink ----
         scale = D ** -0.5
         qf = q.float()
-        s_win = torch.einsum("bthd,bsd->bhts", qf, keys.float()) * scale
+        if banded:  # row t's window = keys t-W+1 .. t: [B, T, D, W], missing keys masked
+            kw = F.pad(keys, (0, 0, W - 1, 0)).unfold(1, W, 1).float()
+            wpos = pos[:, None] - (W - 1) + torch.arange(W, device=pos.device)[None, :]
+            win = wpos >= pos[0]
+            if ctx.swa_min_pos is not None:
+                win = win & (wpos >= ctx.swa_min_pos[:, None])
+            s_win = torch.einsum("bthd,btdw->bhtw", qf, kw) * scale
+        else:
+            s_win = torch.einsum("bthd,bsd->bhts", qf, keys.float()) * scale
         s_win = s_win.masked_fill(~win[None, None], float("-inf"))
         parts = [s_win]
         if ckv is not None:
-            s_c = torch.einsum("bthd,bed->bhte", qf, ckv.float()) * scale
+            if gathered:
+                s_c = torch.einsum("bthd,btkd->bhtk", qf, ckv.float()) * scale
+            else:
+                s_c = torch.einsum("bthd,bed->bhte", qf, ckv.float()) * scale
             parts.append(s_c.masked_fill(~sel[:, None], float("-inf")))
         parts.append(self.attn_sink.float().view(1, H, 1, 1).expand(B, H, T, 1))
         logits = torch.cat(parts, -1)
         probs = torch.softmax(logits - logits.amax(-1, keepdim=True), -1)
-        n_win = keys.shape[1]
-        o = torch.einsum("bhts,bsd->bthd", probs[..., :n_win], keys.float())
+        n_win = s_win.shape[-1]
+        if banded:
+            o = torch.einsum("bhtw,btdw->bthd", probs[..., :n_win], kw)
+        else:
+            o = torch.einsum("bhts,bsd->bthd", probs[..., :n_win], keys.float())
         if ckv is not None:
-            o = o + torch.einsum("bhte,bed->bthd", probs[..., n_win:-1], ckv.float())
+            eq = "bhtk,btkd->bthd" if gathered else "bhte,bed->bthd"
+            o = o + torch.einsum(eq, probs[..., n_win:-1], ckv.float())
 
         # ---- inverse RoPE at the query position, grouped output projection ----
         if ckv is not None and ctx.trace is not None and "compressed_probs" in ctx.trace:
@@ -488,6 +569,7 @@ class DeepseekV41(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.quant = quant or QuantFlags()
+        self.sparse_train = False  # the trainer's fast path (see the module docstring)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList([Block(cfg, i) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

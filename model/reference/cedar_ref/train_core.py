@@ -217,9 +217,12 @@ class Schedule:
         return step / max(1, self.steps) >= self.bias_freeze_frac
 
 
-def apply_stage(m: DeepseekV41, stage: str, base_cfg: Dict[str, int]):
-    """Mutates the shared config / quant flags the modules read at every forward."""
+def apply_stage(m: DeepseekV41, stage: str, base_cfg: Dict[str, int], sparse: bool = True):
+    """Mutates the shared config / quant flags the modules read at every forward. `sparse`:
+    stages B and C run the model's sparse training path (same function, no [T, T] or [T, E]
+    tensors on the gradient path); stage A (every entry selected) stays dense."""
     cfg, q = m.cfg, m.quant
+    m.sparse_train = sparse and stage != "A"
     q.ste = True
     q.fp8_swa = True
     if stage == "A":
@@ -234,6 +237,7 @@ def apply_stage(m: DeepseekV41, stage: str, base_cfg: Dict[str, int]):
 
 def serving_mode(m: DeepseekV41, base_cfg: Dict[str, int], quant=True):
     cfg = m.cfg
+    m.sparse_train = False
     cfg.index_topk = base_cfg["index_topk"]
     cfg.candidate_topk_blocks = base_cfg["candidate_topk_blocks"]
     m.quant.fp8_swa = m.quant.fp4_kv = m.quant.fp4_index_k = m.quant.fp4_index_q = quant
@@ -355,7 +359,9 @@ def indexer_kl(trace, valid_rows):
         cp = trace.get("compressed_probs", {}).get(l)
         if cp is None:
             continue
-        sel = trace["topk"][l]
+        # dense trace: [B, T, E] scores and mass, `topk` masks; sparse trace (model.sparse_train):
+        # [B, T, k] aligned with topk_idx, `topk_valid` masks. Both supports are the selection.
+        sel = trace["topk_valid"][l] if "topk_valid" in trace else trace["topk"][l]
         with torch.no_grad():
             mass = cp.detach().float()
             z = mass.sum(-1, keepdim=True)
