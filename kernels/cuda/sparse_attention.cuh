@@ -1,0 +1,50 @@
+// sparse_attention — CSA2 attention of one layer on the GPU (MODEL_SPEC §1 "attention"): for
+// every row, one softmax over its sliding-window keys (FP8 SWA entries), its selected global
+// entries (FP4 main KV, picked by the indexer) and a per-head learned sink, with K = V (the
+// single latent). Entries are read packed and dequantised in shared memory tile by tile; no
+// dequantised copy of a cache ever reaches global memory.
+//
+// The CPU path (model/forward.cpp attention_forward) is the reference: same inputs, same
+// function; the order of the floating-point sums differs (online softmax over tiles here).
+//
+// Shapes: R rows, H heads, D = head_dim (a multiple of 32). Per row r:
+//   window: wn[r] keys, key j (0 = oldest) in slot (wstart[r] + j) % wcap of the packed array
+//           wkeys[r] ([wcap, fp8_swa_bytes(D)]); a decode ring has wcap = sliding_window, a
+//           prefill buffer of consecutive rows has wcap >= wstart + wn (no wrap);
+//   global: nsel[r] entry ids sel[r·K .. r·K+nsel[r]) into the packed array main[r]
+//           ([n_entries, fp4_kv_bytes(D)]); main[r] may be null when nsel[r] == 0.
+// The arrays of pointers (wkeys, main) and every other array live in device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/base/result.hpp"
+
+namespace cedar::kernels::cuda {
+
+struct sparse_attention_params {
+  int R = 0;                          // rows
+  int H = 0;                          // query heads
+  int D = 0;                          // head_dim, multiple of 32
+  float scale = 0.0f;                 // logit scale (1/sqrt(D))
+  const float* q = nullptr;           // [R, H, D] queries, RoPE applied
+  const float* sink = nullptr;        // [H] learned sinks (enlarge the denominator only)
+  // sliding window (FP8 SWA entries)
+  const uint8_t* const* wkeys = nullptr;  // [R] -> packed [wcap, fp8_swa_bytes(D)]
+  const int* wstart = nullptr;        // [R] slot of the oldest key
+  const int* wn = nullptr;            // [R] number of window keys (>= 1: a row sees itself)
+  int wcap = 0;                       // slots per window array (modulus)
+  // selected global entries (FP4 main KV)
+  const uint8_t* const* main = nullptr;   // [R] -> packed [n_entries, fp4_kv_bytes(D)]
+  const int32_t* sel = nullptr;       // [R, K] entry ids
+  const int* nsel = nullptr;          // [R] ids used per row (<= K)
+  int K = 0;                          // row stride of sel
+  float* out = nullptr;               // [R, H, D]
+};
+
+// Launches on `stream`; checks the parameters (a clear error names the bad one) and the launch.
+status sparse_attention(const sparse_attention_params& p, cudaStream_t stream);
+
+}  // namespace cedar::kernels::cuda
