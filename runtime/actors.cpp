@@ -537,6 +537,9 @@ void run_tools(agent_ptr self) {
     note(self, "tool_call", njson{{"id", call.id}, {"name", call.name}, {"arguments", call.arguments_json}});
     if (!call.error.empty()) {
       note(self, "tool_result", njson{{"id", call.id}, {"name", call.name}, {"text", call.error}, {"is_error", true}, {"ms", 0}});
+      // the API's event stream sees the error result the model will see, as for a call that ran
+      if (s.events)
+        self->send(s.events, event_atom::value, agent_event_msg{"tool_result", call.error, call.name, "", true, 0});
       s.results[call.id] = {call.id, call.error, true, 0};
       continue;
     }

@@ -18,6 +18,7 @@
 // Exit codes: 0 the run completed (whatever the success rate), 1 runtime failure, 2 bad input.
 #include "runtime/cmd_eval.hpp"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -182,8 +183,23 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   }
 
   for (const std::string& turn : t.turns) {
+    o.transcript.push_back({"user", turn, "", "", false});
     auto on_event = [&](const agent_event& e) {
-      if (e.type == agent_event::kind::tool_result && e.is_error) o.tool_errors++;
+      switch (e.type) {
+        case agent_event::kind::token:
+          if (o.transcript.empty() || o.transcript.back().role != "assistant") o.transcript.push_back({"assistant", "", "", "", false});
+          o.transcript.back().text += e.text;
+          break;
+        case agent_event::kind::tool_call:
+          o.transcript.push_back({"tool_call", "", e.tool, e.arguments, false});
+          break;
+        case agent_event::kind::tool_result:
+          if (e.is_error) o.tool_errors++;
+          o.transcript.push_back({"tool_result", e.text, e.tool, "", e.is_error});
+          break;
+        default:
+          break;
+      }
     };
     auto r = a->ask(turn, on_event);
     o.turns++;
@@ -209,6 +225,22 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   }
   o.ok = eval_expect_matches(t.expect, o.answer);
   return done();
+}
+
+std::string eval_transcript_json(const eval_task& t, const eval_outcome& o) {
+  njson steps = njson::array();
+  for (const eval_step& st : o.transcript) {
+    njson j{{"role", st.role}};
+    if (!st.text.empty() || st.role != "tool_call") j["text"] = st.text;
+    if (!st.tool.empty()) j["tool"] = st.tool;
+    if (st.role == "tool_call") j["arguments"] = st.arguments;
+    if (st.role == "tool_result") j["is_error"] = st.is_error;
+    steps.push_back(std::move(j));
+  }
+  njson j{{"id", o.id}, {"family", o.family}, {"ok", o.ok}, {"expect", t.expect.regex.empty() ? t.expect.text : "/" + t.expect.regex + "/"},
+          {"answer", o.answer},
+          {"error", o.error}, {"steps", std::move(steps)}};
+  return j.dump(1, ' ', false, njson::error_handler_t::replace);
 }
 
 std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_settings& s, bool details,
@@ -281,7 +313,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   struct eval_args {
     std::string tasks;
     std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
-    std::string mcp_config, family, resume = "replay", kv = "fp4";
+    std::string mcp_config, family, resume = "replay", kv = "fp4", transcripts;
     int limit = -1, max_rounds = 8, max_new_tokens = 256;
     bool json = false, details = false, exact = false;
   };
@@ -294,6 +326,8 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   c->add_option("--limit", a->limit, "run only the first N tasks (after --family)");
   c->add_option("--family", a->family, "run only tasks of this family");
   c->add_option("--mcp-config", a->mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
+  c->add_option("--transcripts", a->transcripts,
+                "write each task's conversation (user turns, model text, tool calls and results) to DIR/<id>.json");
   c->add_option("--max-rounds", a->max_rounds, "model replies with tool calls per user turn")->capture_default_str();
   c->add_option("--max-new-tokens", a->max_new_tokens, "tokens per model reply")->capture_default_str();
   c->add_option("--resume", a->resume, "resume policy: replay (FP4 KV + bounded replay), reprefill (exact), resident")
@@ -338,11 +372,30 @@ void add_eval_command(CLI::App& app, int* exit_code) {
     s.engine = m->eng;
     s.tokenizer = m->tok;
 
+    if (!a->transcripts.empty()) {
+      std::error_code ec;
+      fs::create_directories(a->transcripts, ec);
+      if (ec || !fs::is_directory(a->transcripts)) {
+        std::fprintf(stderr, "cedar eval: --transcripts %s: cannot create the directory%s%s\n", a->transcripts.c_str(),
+                     ec ? ": " : "", ec ? ec.message().c_str() : "");
+        *exit_code = 2;
+        return;
+      }
+    }
     auto t0 = clock_type::now();
     std::vector<eval_outcome> out;
     for (size_t i = 0; i < run.size(); ++i) {
       out.push_back(run_eval_task(run[i], s));
       const eval_outcome& o = out.back();
+      if (!a->transcripts.empty()) {
+        // ids are free text: keep [A-Za-z0-9._-], replace the rest, so the file stays inside DIR
+        std::string name;
+        for (char ch : o.id) name += (std::isalnum((unsigned char)ch) || ch == '.' || ch == '_' || ch == '-') ? ch : '_';
+        if (name.empty() || name[0] == '.') name = "task" + std::to_string(i) + "_" + name;
+        std::ofstream f(fs::path(a->transcripts) / (name + ".json"));
+        f << eval_transcript_json(run[i], o) << "\n";
+        if (!f) std::fprintf(stderr, "cedar eval: cannot write the transcript of %s\n", o.id.c_str());
+      }
       std::fprintf(stderr, "cedar eval: [%zu/%zu] %s %s (%.1f s)%s%s\n", i + 1, run.size(), o.id.c_str(),
                    o.ok ? "ok" : "FAIL", o.seconds, o.error.empty() ? "" : ": ", o.error.c_str());
     }

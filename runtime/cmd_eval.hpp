@@ -28,6 +28,15 @@ struct eval_settings {
   std::string default_system = "You are cedar, a helpful assistant. Use the tools when they help.";
 };
 
+// One step of a task's conversation, for --transcripts: a user turn, the model's streamed text
+// (DSML included), a tool call, a tool result.
+struct eval_step {
+  std::string role;        // user | assistant | tool_call | tool_result
+  std::string text;        // user / assistant text, tool result text
+  std::string tool, arguments;
+  bool is_error = false;   // tool_result
+};
+
 struct eval_outcome {
   std::string id, family;
   bool ok = false;
@@ -38,7 +47,11 @@ struct eval_outcome {
   bool round_limit = false;
   std::string answer;                    // the final answer
   double seconds = 0;
+  std::vector<eval_step> transcript;     // every step, in order
 };
+
+// A task's transcript as one JSON object: id, family, ok, expect, answer, steps [...].
+std::string eval_transcript_json(const eval_task& t, const eval_outcome& o);
 
 // Runs one task in a fresh temporary directory (file root + SQLite store), with its own runtime
 // on the shared model; removes the directory afterwards.

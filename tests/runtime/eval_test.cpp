@@ -229,6 +229,23 @@ void check_outcome(const eval_task& t, const eval_outcome& o, resume_policy p) {
       break;
   }
   EXPECT_EQ(o.ok, eval_expect_matches(t.expect, o.answer));
+  // the transcript (--transcripts): every user turn in order, one tool_call step per parsed call
+  // and a result step after each call that ran
+  std::vector<std::string> users;
+  int calls = 0, results = 0;
+  for (const eval_step& st : o.transcript) {
+    if (st.role == "user") users.push_back(st.text);
+    calls += st.role == "tool_call";
+    results += st.role == "tool_result";
+  }
+  EXPECT_EQ(users, t.turns);
+  EXPECT_GE(calls, o.tool_calls - o.invalid_tool_calls);  // malformed DSML blocks carry no call step
+  EXPECT_LE(calls, o.tool_calls);
+  EXPECT_EQ(results, o.tool_calls);                     // an invalid call gets an error result too
+  auto j = nlohmann::json::parse(eval_transcript_json(t, o));
+  EXPECT_EQ(j["id"], t.id);
+  EXPECT_EQ(j["steps"].size(), o.transcript.size());
+  EXPECT_EQ(j["answer"], o.answer);
 }
 
 TEST(EvalEndToEnd, CiSetRunsThroughTheRuntimeWithBoundedReplay) {
