@@ -107,6 +107,10 @@ stmt& stmt::bind(int i, int64_t v) {
   sqlite3_bind_int64(s_, i, v);
   return *this;
 }
+stmt& stmt::bind_real(int i, double v) {
+  sqlite3_bind_double(s_, i, v);
+  return *this;
+}
 stmt& stmt::bind(int i, std::string_view v) {
   sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   return *this;

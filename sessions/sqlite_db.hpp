@@ -39,6 +39,8 @@ class stmt {
   stmt& bind_blob_static(int i, std::span<const uint8_t> v);
   stmt& bind_zeroblob(int i, int64_t n);
   stmt& bind_null(int i);
+  stmt& bind_real(int i, double v);  // REAL (a name apart: an overload of bind would make
+                                     // bind(i, uint32_t) ambiguous)
 
   // Runs one step: true when a row is available, false when done; an error otherwise.
   result<bool> step();
@@ -48,6 +50,7 @@ class stmt {
 
   int64_t col_int(int c) const { return sqlite3_column_int64(s_, c); }
   bool col_is_null(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  double col_real(int c) const { return sqlite3_column_double(s_, c); }
   std::string col_text(int c) const;
   std::span<const uint8_t> col_blob(int c) const;  // valid until the next step/reset
 

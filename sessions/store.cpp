@@ -31,14 +31,15 @@
 //   checkpoint_sources+s rows   (entries per source at the checkpoint)
 //   checkpoint_aux    +a rows   (named aux state blobs, xxh64; a turn that adds no tokens
 //                               carries the previous checkpoint's rows: its state is unchanged)
+//   turn_timings      +0/1 row  (time to first token, decode time; when the turn generated)
 //   sessions          1 update  (status, n_turns, n_tokens, updated_ms)
 //
 // ── Invariants (checked by check_invariants(); asserted after every write in debug builds) ──
 //
 //   1. Append-only. Rows of transcript_items, token_chunks, kv_pages, session_pages,
-//      checkpoints, checkpoint_sources and checkpoint_aux are never updated; only
+//      checkpoints, checkpoint_sources, checkpoint_aux and turn_timings are never updated; only
 //      remove_session() deletes them. A turn never rewrites history. (Triggers make an UPDATE
-//      of transcript_items, token_chunks or checkpoints fail in the database itself.)
+//      of transcript_items, token_chunks, checkpoints or turn_timings fail in the database.)
 //   2. A turn is atomic: after any crash a session is exactly the state after some committed
 //      turn (WAL + one transaction per turn). Readers never see half a turn.
 //   3. The token chunks of a session tile [0, sessions.n_tokens) with no gap or overlap, each
@@ -67,6 +68,7 @@
 #include <bit>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -77,7 +79,7 @@ namespace cedar::sessions {
 namespace {
 
 // Schema version written to PRAGMA user_version; application_id marks a cedar store ("CEDR").
-constexpr int64_t schema_version = 1;
+constexpr int64_t schema_version = 2;
 constexpr int64_t application_id = 0x43454452;
 
 // Migration i takes the schema from version i to i+1. Append, never edit.
@@ -177,6 +179,20 @@ CREATE TRIGGER token_chunks_append_only BEFORE UPDATE ON token_chunks
 CREATE TRIGGER checkpoints_append_only BEFORE UPDATE ON checkpoints
   BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
 )sql",
+    // 1 → 2: per-turn timings (time to first token, decode time; the dashboard's timeline after
+    // a restart) and the options an agent was created with (resume uses them).
+    R"sql(
+CREATE TABLE turn_timings(
+  session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  turn INTEGER NOT NULL,
+  ttft_ms REAL NOT NULL,
+  decode_ms REAL NOT NULL,
+  n_decoded INTEGER NOT NULL,
+  PRIMARY KEY (session_id, turn)) WITHOUT ROWID;
+CREATE TRIGGER turn_timings_append_only BEFORE UPDATE ON turn_timings
+  BEGIN SELECT RAISE(ABORT, 'turn_timings are append-only'); END;
+ALTER TABLE sessions ADD COLUMN agent_options TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(migrations) == schema_version);
 
@@ -223,7 +239,7 @@ bool turn_target_ok(session_status s) {
 const char* const select_session_sql =
     "SELECT id, model_hash, agent, status, main_dims, index_dims, main_entry_bytes, "
     "index_entry_bytes, created_ms, updated_ms, parent_id, fork_turns, fork_tokens, n_turns, "
-    "n_tokens FROM sessions";
+    "n_tokens, agent_options FROM sessions";
 
 session_info read_session_row(const stmt& s) {
   session_info i;
@@ -243,6 +259,7 @@ session_info read_session_row(const stmt& s) {
   i.fork_tokens = static_cast<uint64_t>(s.col_int(12));
   i.n_turns = static_cast<uint32_t>(s.col_int(13));
   i.n_tokens = static_cast<uint64_t>(s.col_int(14));
+  i.agent_options = s.col_text(15);
   return i;
 }
 
@@ -563,6 +580,10 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
                                                     item_kind_name(it.kind) +
                                                     "): payload is not valid JSON");
   }
+  if (turn.timing && !(std::isfinite(turn.timing->ttft_ms) && turn.timing->ttft_ms >= 0 &&
+                      std::isfinite(turn.timing->decode_ms) && turn.timing->decode_ms >= 0))
+    return make_error(errc::invalid_argument, sid(id) + " turn " + std::to_string(turn_index) +
+                                                  ": timing ttft_ms and decode_ms must be finite and >= 0");
   std::map<uint32_t, uint64_t> ends;  // source_layer → entries stored (from the last checkpoint)
   if (info.n_turns > 0) {
     auto s = db_.prepare(
@@ -677,6 +698,14 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
       }
     }
   }
+  if (turn.timing) {
+    auto tt = db_.prepare(
+        "INSERT INTO turn_timings(session_id, turn, ttft_ms, decode_ms, n_decoded) VALUES (?,?,?,?,?)");
+    if (!tt) return tt.take_err();
+    tt->bind(1, id).bind(2, int64_t{turn_index}).bind_real(3, turn.timing->ttft_ms).bind_real(4, turn.timing->decode_ms);
+    tt->bind(5, clamp_i64(turn.timing->n_decoded));
+    CEDAR_TRY(tt->exec());
+  }
   {
     auto up = db_.prepare("UPDATE sessions SET status=?, n_turns=?, n_tokens=?, updated_ms=? WHERE id=?");
     if (!up) return up.take_err();
@@ -716,8 +745,9 @@ result<session_id> store::fork_session(session_id parent, uint32_t n_turns, std:
   auto ins = db_.prepare(
       "INSERT INTO sessions(model_hash, agent, status, main_dims, index_dims, main_entry_bytes, "
       "index_entry_bytes, created_ms, updated_ms, parent_id, fork_turns, fork_tokens, n_turns, "
-      "n_tokens) SELECT model_hash, ?, 'forked', main_dims, index_dims, main_entry_bytes, "
-      "index_entry_bytes, ?, ?, id, ?, ?, ?, ? FROM sessions WHERE id=?");
+      "n_tokens, agent_options) SELECT model_hash, ?, 'forked', main_dims, index_dims, "
+      "main_entry_bytes, index_entry_bytes, ?, ?, id, ?, ?, ?, ?, agent_options FROM sessions "
+      "WHERE id=?");
   if (!ins) return ins.take_err();
   const int64_t t = now_ms();
   ins->bind(1, agent.empty() ? std::string_view(p->agent) : agent).bind(2, t).bind(3, t);
@@ -744,6 +774,8 @@ result<session_id> store::fork_session(session_id parent, uint32_t n_turns, std:
       "WHERE session_id=?2 AND n_turns<=?3",
       "INSERT INTO checkpoint_aux(session_id, n_turns, name, xxh64, bytes) "
       "SELECT ?1, n_turns, name, xxh64, bytes FROM checkpoint_aux WHERE session_id=?2 AND n_turns<=?3",
+      "INSERT INTO turn_timings(session_id, turn, ttft_ms, decode_ms, n_decoded) "
+      "SELECT ?1, turn, ttft_ms, decode_ms, n_decoded FROM turn_timings WHERE session_id=?2 AND turn<?3",
   };
   for (const char* sql : copies) {
     auto s = db_.prepare(sql);
@@ -865,6 +897,34 @@ result<std::vector<checkpoint_info>> store::checkpoints(session_id id) {
                    s->col_int(2)});
   }
   return out;
+}
+
+result<std::vector<turn_timing>> store::turn_timings(session_id id) {
+  CEDAR_TRY(get_session(id));
+  auto s = db_.prepare(
+      "SELECT turn, ttft_ms, decode_ms, n_decoded FROM turn_timings WHERE session_id=? ORDER BY turn");
+  if (!s) return s.take_err();
+  s->bind(1, id);
+  std::vector<turn_timing> out;
+  for (;;) {
+    auto r = s->step();
+    if (!r) return r.take_err();
+    if (!*r) break;
+    out.push_back({static_cast<uint32_t>(s->col_int(0)), s->col_real(1), s->col_real(2),
+                   static_cast<uint64_t>(s->col_int(3))});
+  }
+  return out;
+}
+
+status store::set_agent_options(session_id id, std::string_view options_json) {
+  auto j = nlohmann::json::parse(options_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return make_error(errc::invalid_argument, sid(id) + ": agent options must be a JSON object");
+  CEDAR_TRY(get_session(id));
+  auto s = db_.prepare("UPDATE sessions SET agent_options=?, updated_ms=? WHERE id=?");
+  if (!s) return s.take_err();
+  s->bind(1, options_json).bind(2, now_ms()).bind(3, id);
+  return s->exec();
 }
 
 result<std::vector<store::page_ref>> store::page_refs(session_id id) {

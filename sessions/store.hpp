@@ -54,6 +54,7 @@ struct session_info {
   uint64_t fork_tokens = 0;
   uint32_t n_turns = 0;              // committed turns
   uint64_t n_tokens = 0;             // length of the token log
+  std::string agent_options;         // JSON object text (set_agent_options); "" when never set
 };
 
 // One transcript item: `payload` is JSON text (validated on write); [token_begin, token_end) is
@@ -96,6 +97,15 @@ struct aux_blob {
   std::vector<uint8_t> bytes;
 };
 
+// How long a turn's generation took, as its requester measured it (schema 2). Append-only like
+// the rest of a turn; forks copy the rows of the turns they keep.
+struct turn_timing {
+  uint32_t turn = 0;       // 0-based turn index (ignored on write: the committed turn's index)
+  double ttft_ms = 0;      // from the generation request to its first sampled token
+  double decode_ms = 0;    // wall time of the decode steps after the first token
+  uint64_t n_decoded = 0;  // tokens sampled
+};
+
 // Everything one turn adds. commit_turn writes it in ONE transaction, with a checkpoint at the
 // end of the turn; only new rows are written (history is never rewritten).
 struct turn_write {
@@ -104,6 +114,7 @@ struct turn_write {
   std::vector<page_write> pages;    // per source, contiguous with what is stored; 0-entry pages skipped
   std::vector<aux_write> aux;       // the aux state at the end of the turn
   session_status status_after = session_status::active;  // active, waiting_tool, done or failed
+  std::optional<turn_timing> timing;  // the turn's generation timing, when it generated
 };
 
 struct turn_receipt {
@@ -190,6 +201,11 @@ class store {
   result<std::vector<int32_t>> tokens(session_id id,
                                       uint64_t end = std::numeric_limits<uint64_t>::max());
   result<std::vector<checkpoint_info>> checkpoints(session_id id);
+  // The timings of the turns that recorded one, ascending turn.
+  result<std::vector<turn_timing>> turn_timings(session_id id);
+  // Records the options the session's agent was created with (a JSON object; replaces any
+  // earlier ones). Opaque to the store; forks inherit them.
+  status set_agent_options(session_id id, std::string_view options_json);
   // The latest checkpoint at or before `at_or_before_tokens`, with every page verified
   // (header, model hash, layout, checksum) and a per-page status.
   result<checkpoint_data> load_checkpoint(session_id id,

@@ -91,11 +91,11 @@ TEST(store, new_file_has_wal_schema_version_and_foreign_keys) {
   test::temp_dir dir;
   const std::string path = dir.file("s.db");
   { auto st = open_store(path); ASSERT_TRUE(st); }
-  EXPECT_EQ(test::raw_int(path, "PRAGMA user_version"), 1);
+  EXPECT_EQ(test::raw_int(path, "PRAGMA user_version"), 2);
   EXPECT_EQ(test::raw_int(path, "PRAGMA application_id"), 0x43454452);
   EXPECT_EQ(test::raw_int(path, "PRAGMA page_size"), 4096);
-  EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='table'"), 8);
-  EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='trigger'"), 3);
+  EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='table'"), 9);
+  EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='trigger'"), 4);
   // journal_mode=WAL is persistent in the file.
   sqlite3* h = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &h), SQLITE_OK);

@@ -283,8 +283,8 @@ TEST(store_faults, newer_schema_is_refused_and_left_untouched) {
   EXPECT_NE(st.err().message.find("schema version 7 is newer"), std::string::npos) << st.err().message;
   EXPECT_NE(st.err().message.find(path), std::string::npos);
   EXPECT_EQ(read_file(path), before);
-  // Nothing was lost: back at version 1 the session loads whole.
-  ASSERT_EQ(test::raw_exec(path, "PRAGMA user_version=1"), SQLITE_OK);
+  // Nothing was lost: back at the current version (2) the session loads whole.
+  ASSERT_EQ(test::raw_exec(path, "PRAGMA user_version=2"), SQLITE_OK);
   auto again = store::open(path);
   ASSERT_TRUE(again.ok());
   auto cp = (*again)->load_checkpoint(id);
