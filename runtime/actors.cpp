@@ -29,6 +29,9 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<session_msg>>("std::vector<session_msg>");
   cfg.add_message_type<store_reply>("store_reply");
   cfg.add_message_type<kv_usage_msg>("kv_usage_msg");
+  cfg.add_message_type<session_log_msg>("session_log_msg");
+  cfg.add_message_type<turn_timing_msg>("turn_timing_msg");
+  cfg.add_message_type<std::vector<turn_timing_msg>>("std::vector<turn_timing_msg>");
   cfg.add_message_type<agent_event_msg>("agent_event_msg");
   cfg.add_message_type<turn_summary>("turn_summary");
   cfg.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
@@ -283,6 +286,7 @@ store_actor::behavior_type store_fn(store_actor::stateful_pointer<store_state> s
           return r;
         }
         t.status_after = *st;
+        if (c.ttft_ms >= 0) t.timing = sessions::turn_timing{0, c.ttft_ms, c.decode_ms, uint64_t(std::max<int64_t>(0, c.n_decoded))};
         auto rec = raw->commit_turn(c.session, t);
         if (!rec) r.error = rec.err().message;
         else r.value = rec->turn;
@@ -351,6 +355,35 @@ store_actor::behavior_type store_fn(store_actor::stateful_pointer<store_state> s
         auto id = raw->fork_session(parent, n_turns);
         if (!id) r.error = id.err().message;
         else r.value = *id;
+        return r;
+      },
+      [raw](log_atom, int64_t id) {
+        session_log_msg m;
+        auto toks = raw->tokens(id);
+        auto cps = toks ? raw->checkpoints(id) : result<std::vector<sessions::checkpoint_info>>(toks.err());
+        if (!cps) {
+          m.error = cps.err().message;
+          return m;
+        }
+        m.tokens = std::move(*toks);
+        for (const auto& c : *cps) m.checkpoint_tokens.push_back(c.n_tokens);
+        return m;
+      },
+      [raw](timings_atom, int64_t id) -> caf::result<std::vector<turn_timing_msg>, std::string> {
+        std::vector<turn_timing_msg> out;
+        auto tt = raw->turn_timings(id);
+        if (!tt) return {out, tt.err().message};
+        for (const auto& t : *tt) out.push_back({t.turn, t.ttft_ms, t.decode_ms, int64_t(t.n_decoded)});
+        return {out, std::string()};
+      },
+      [raw](opts_atom, int64_t id) -> caf::result<std::string, std::string> {
+        auto info = raw->get_session(id);
+        if (!info) return {std::string(), info.err().message};
+        return {info->agent_options, std::string()};
+      },
+      [raw](opts_atom, int64_t id, const std::string& options_json) {
+        store_reply r;
+        if (auto st = raw->set_agent_options(id, options_json); !st) r.error = st.err().message;
         return r;
       },
   };
@@ -439,6 +472,8 @@ struct agent_state {
   turn_summary sum;
   std::chrono::steady_clock::time_point t0;
   bool first_token_seen = false;
+  std::chrono::steady_clock::time_point gen_t0;  // the current generation's request
+  double gen_ttft_ms = -1;                       // its first token (stored with its turn)
   static inline const char* name = "cedar.agent";
 };
 
@@ -621,6 +656,9 @@ void on_generation(agent_ptr self, gen_done& d) {
   c.sources = std::move(d.sources);
   c.aux = std::move(d.aux);
   c.status_after = act.calls.empty() ? "active" : "waiting_tool";
+  c.ttft_ms = s.gen_ttft_ms >= 0 ? s.gen_ttft_ms : d.resume_ms + d.prefill_ms;
+  c.decode_ms = d.decode_ms;
+  c.n_decoded = d.n_generated;
   s.calls = act.calls;
   s.sum.round_limit = s.sum.round_limit || act.round_limit;
   self->request(s.store, caf::infinite, commit_atom::value, std::move(c))
@@ -655,6 +693,8 @@ void generate(agent_ptr self, std::vector<int32_t> tokens) {
   req.max_new_tokens = s.cfg.limits.max_new_tokens;
   req.stop_ids = {s.eos};
   req.fresh = s.fresh;
+  s.gen_t0 = std::chrono::steady_clock::now();
+  s.gen_ttft_ms = -1;
   self->request(s.exec, caf::infinite, generate_atom::value, std::move(req), caf::actor_cast<caf::actor>(self))
       .then([self](gen_done& d) { on_generation(self, d); },
             [self](caf::error& e) { finish_turn(self, "executor unavailable: " + caf::to_string(e)); });
@@ -756,11 +796,17 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
           s.round_items.push_back(make_item("system", njson{{"content", sys.content}, {"tools", sys.tools_json}}));
           s.system_committed = true;
         }
+        // Calls a crash left without a result (agent_loop::restore) are answered in the store too.
+        for (const tool_call& c : s.loop->take_interrupted())
+          s.round_items.push_back(make_item("tool_result", njson{{"tool_call_id", c.id}, {"name", c.name},
+                                                                 {"content", c.error}, {"is_error", true}, {"ms", 0}}));
         s.round_items.push_back(make_item("user", njson{{"content", text}}));
         generate(self, std::move(*toks));
       },
       [self](token_atom, int64_t, int32_t tok) {
         auto& s = self->state;
+        if (s.gen_ttft_ms < 0)
+          s.gen_ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s.gen_t0).count();
         if (!s.first_token_seen) {
           s.first_token_seen = true;
           s.sum.first_token_ms =

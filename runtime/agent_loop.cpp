@@ -179,9 +179,29 @@ void agent_loop::cancel() {
 }
 
 status agent_loop::restore(std::vector<model::chat_message> msgs, bool last_reply_stopped) {
+  // What the sequence holds ends with the last reply: a generation commits the items it
+  // prefilled (user turn, tool results) together with itself.
+  size_t held = msgs.size();
+  while (held > 0 && msgs[held - 1].role == model::chat_role::tool) --held;
   model::chat_options o;
-  auto t = model::render_chat(msgs, o);
+  auto t = model::render_chat(std::vector<model::chat_message>(msgs.begin(), msgs.begin() + ptrdiff_t(held)), o);
   if (!t) return t.take_err();
+  interrupted_.clear();
+  if (held > 0 && msgs[held - 1].role == model::chat_role::assistant) {
+    std::vector<std::string> answered;
+    for (size_t i = held; i < msgs.size(); ++i) answered.push_back(msgs[i].tool_call_id);
+    const auto calls = msgs[held - 1].tool_calls;
+    for (const auto& c : calls) {
+      if (std::find(answered.begin(), answered.end(), c.id) != answered.end()) continue;
+      tool_call ic{c.id, c.name, c.arguments_json, "interrupted: the runtime stopped before this call finished"};
+      model::chat_message r;
+      r.role = model::chat_role::tool;
+      r.tool_call_id = c.id;
+      r.content = "error: " + ic.error;
+      msgs.push_back(std::move(r));
+      interrupted_.push_back(std::move(ic));
+    }
+  }
   msgs_ = std::move(msgs);
   rendered_ = std::move(*t);
   last_stopped_ = last_reply_stopped;

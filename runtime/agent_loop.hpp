@@ -86,7 +86,13 @@ class agent_loop {
   void cancel();
 
   // Restores a loop from a stored transcript (resume after a restart): messages as recorded.
+  // A turn cut by a crash is closed as cancel() closes one: the token log ends with the last
+  // reply, so tool results stored after it are rendered with the next turn's delta, and calls
+  // of that reply that have no result get "interrupted" error results (take_interrupted()).
   status restore(std::vector<model::chat_message> msgs, bool last_reply_stopped);
+  // The calls restore() answered "interrupted" (error holds the text), once: the agent commits
+  // them as tool results with the next turn.
+  std::vector<tool_call> take_interrupted() { return std::move(interrupted_); }
 
  private:
   result<std::vector<int32_t>> delta_tokens(const std::vector<model::chat_message>& next);
@@ -104,6 +110,7 @@ class agent_loop {
   std::optional<model::dsml_parser> parser_;
   std::string raw_reply_;
   std::vector<tool_call> pending_;
+  std::vector<tool_call> interrupted_;
 };
 
 }  // namespace cedar::runtime

@@ -1,5 +1,7 @@
 // The public API (cedar.hpp) over the actors: one actor system per runtime; blocking calls
-// talk to the actors through scoped actors.
+// talk to the actors through scoped actors. A runtime opened with remote_port borrows another
+// process's executor and store (runtime/remote.cpp); its blocking requests get a deadline and
+// ask() watches the remote executor.
 #include <xxhash.h>
 
 #include <filesystem>
@@ -14,9 +16,11 @@
 #include "model/model_dir.hpp"
 #include "model/tokenizer.hpp"
 #include "runtime/actors.hpp"
+#include "runtime/agent_options_json.hpp"
 #include "runtime/builtin_tools.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/mcp_setup.hpp"
+#include "runtime/remote.hpp"
 #include "runtime/runtime_impl.hpp"
 
 namespace cedar {
@@ -56,6 +60,11 @@ uint64_t engine_hash(const model::engine& e) {
   return h ^ uint64_t(e.config().hidden_size) * 0x9E3779B97F4A7C15ull;
 }
 
+// Blocking requests of the API: a remote peer may vanish, so they get a deadline there.
+caf::duration request_timeout(bool remote) {
+  return remote ? caf::duration(std::chrono::seconds(60)) : caf::duration(caf::infinite);
+}
+
 }  // namespace
 
 // ============================================================================================
@@ -65,6 +74,14 @@ agent_runtime::agent_runtime(std::unique_ptr<impl> p) : p_(std::move(p)) {}
 agent_runtime::~agent_runtime() = default;
 
 result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
+  if (o.remote_port != 0) {  // runtime/remote.cpp
+    if (!(o.engine && o.tokenizer) && o.model_dir.empty())
+      return make_error(errc::invalid_argument, "runtime: no model_dir given");
+    uint64_t hash = o.engine && o.tokenizer ? engine_hash(*o.engine) : model_dir_hash(o.model_dir);
+    auto p = open_remote(o, hash);
+    if (!p) return p.take_err();
+    return std::unique_ptr<agent_runtime>(new agent_runtime(std::move(*p)));
+  }
   kernels::announce_device();
   auto p = std::make_unique<impl>();
   p->opts = o;
@@ -89,7 +106,9 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
     for (auto& t : builtin_tools(o.files_root)) CEDAR_TRY(p->reg->add(std::move(t)));
   if (!o.mcp_config.empty()) CEDAR_TRY(add_mcp_servers(*p->reg, o.mcp_config));
 
+  p->config = std::make_shared<const model::model_config>(p->engine->config());
   register_message_types(p->cfg);
+  configure_middleman(p->cfg);  // publish() may offer the executor and store
   p->cfg.set("scheduler.max-threads", std::max(1, o.scheduler_threads));
   p->cfg.set("logger.verbosity", caf::atom("quiet"));
   p->sys = std::make_unique<caf::actor_system>(p->cfg);
@@ -117,6 +136,8 @@ std::vector<std::string> agent_runtime::tool_names() const {
 }
 
 const model::tokenizer& agent_runtime::tokenizer() const { return *p_->tok; }
+const model::model_config& agent_runtime::config() const { return *p_->config; }
+bool agent_runtime::has_engine() const { return p_->engine != nullptr; }
 const model::engine& agent_runtime::engine() const { return *p_->engine; }
 
 static agent_config to_config(const agent_options& o, std::shared_ptr<observer> obs) {
@@ -140,7 +161,7 @@ result<agent> agent_runtime::create_agent(const agent_options& o) {
     if (!p_->reg->find(name)) return make_error(errc::not_found, "agent '" + o.name + "': unknown tool '" + name + "'");
   caf::scoped_actor self{*p_->sys};
   result<agent> out = make_error(errc::unavailable, "store did not answer");
-  self->request(p_->store, caf::infinite, create_atom::value, o.name, uint64_t(0))
+  self->request(p_->store, request_timeout(p_->remote), create_atom::value, o.name, uint64_t(0))
       .receive(
           [&](store_reply& r) {
             if (!r.error.empty()) {
@@ -150,20 +171,29 @@ result<agent> agent_runtime::create_agent(const agent_options& o) {
             auto a = std::make_shared<agent::impl>();
             a->session = r.value;
             a->sys = p_->sys.get();
+            if (p_->remote) a->remote_exec = caf::actor_cast<caf::actor>(p_->exec);
             a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, r.value, to_config(o, p_->obs), {}, true,
-                                   p_->engine->config().eos_token_id);
+                                   p_->config->eos_token_id);
             std::lock_guard<std::mutex> lk(p_->mu);
             p_->agents.push_back(a->actor);
+            p_->agent_of[r.value] = a->actor;
             out = agent(a);
           },
           [&](caf::error& e) { out = make_error(errc::unavailable, "store: " + caf::to_string(e)); });
+  if (out.ok()) {
+    // The options stay with the session: a later resume (the dashboard's, after a restart) uses them.
+    std::string err;
+    self->request(p_->store, request_timeout(p_->remote), opts_atom::value, out->session(), agent_options_to_json(o))
+        .receive([&](store_reply& r) { err = r.error; }, [&](caf::error& e) { err = caf::to_string(e); });
+    if (!err.empty()) CEDAR_LOG_WARN("agent %lld: options not stored: %s", (long long)out->session(), err.c_str());
+  }
   return out;
 }
 
 result<agent> agent_runtime::resume_agent(int64_t session, const agent_options& o) {
   caf::scoped_actor self{*p_->sys};
   result<agent> out = make_error(errc::unavailable, "store did not answer");
-  self->request(p_->store, caf::infinite, items_atom::value, session)
+  self->request(p_->store, request_timeout(p_->remote), items_atom::value, session)
       .receive(
           [&](std::vector<item_msg>& items, std::string& err) {
             if (!err.empty()) {
@@ -175,10 +205,12 @@ result<agent> agent_runtime::resume_agent(int64_t session, const agent_options& 
             auto a = std::make_shared<agent::impl>();
             a->session = session;
             a->sys = p_->sys.get();
+            if (p_->remote) a->remote_exec = caf::actor_cast<caf::actor>(p_->exec);
             a->actor = spawn_agent(*p_->sys, p_->tok, p_->reg, p_->exec, p_->store, session, to_config(o, p_->obs),
-                                   std::move(msgs), stopped, p_->engine->config().eos_token_id);
+                                   std::move(msgs), stopped, p_->config->eos_token_id);
             std::lock_guard<std::mutex> lk(p_->mu);
             p_->agents.push_back(a->actor);
+            p_->agent_of[session] = a->actor;
             out = agent(a);
           },
           [&](caf::error& e) { out = make_error(errc::unavailable, "store: " + caf::to_string(e)); });
@@ -188,7 +220,7 @@ result<agent> agent_runtime::resume_agent(int64_t session, const agent_options& 
 result<std::vector<session_summary>> agent_runtime::sessions() {
   caf::scoped_actor self{*p_->sys};
   result<std::vector<session_summary>> out = make_error(errc::unavailable, "store did not answer");
-  self->request(p_->store, caf::infinite, list_atom::value)
+  self->request(p_->store, request_timeout(p_->remote), list_atom::value)
       .receive(
           [&](std::vector<session_msg>& v, std::string& err) {
             if (!err.empty()) {
@@ -212,11 +244,19 @@ void agent::cancel() { caf::anon_send(p_->actor, cancel_atom::value); }
 
 result<turn_result> agent::ask(const std::string& text, const std::function<void(const agent_event&)>& on_event) {
   caf::scoped_actor self{*p_->sys};
+  if (p_->remote_exec) self->monitor(p_->remote_exec);
   self->send(p_->actor, ask_atom::value, text, caf::actor(self));
   bool done = false;
   turn_summary sum;
   while (!done) {
     self->receive(
+        [&](caf::down_msg& d) {
+          // The remote executor went away (its process or the link): the agent's request to it
+          // will never be answered, so the turn fails here.
+          sum.error = "remote executor is gone: " + p_->sys->render(d.reason);
+          done = true;
+          caf::anon_send(p_->actor, cancel_atom::value);
+        },
         [&](event_atom, const agent_event_msg& e) {
           if (!on_event) return;
           agent_event ev;
@@ -244,6 +284,7 @@ result<turn_result> agent::ask(const std::string& text, const std::function<void
           done = true;
         });
   }
+  if (p_->remote_exec) self->demonitor(p_->remote_exec);
   if (!sum.error.empty() && sum.rounds == 0 && !sum.cancelled) return make_error(errc::internal, sum.error);
   turn_result r;
   r.answer = sum.answer;

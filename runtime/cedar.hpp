@@ -11,6 +11,14 @@
 // restart: their transcript comes from the store and their KV is restored (bounded replay).
 // Thread safety: runtime and agent methods may be called from any thread; one agent runs one
 // turn at a time (a second concurrent ask() gets an error).
+//
+// Beyond one machine (CAF's io middleman, no home-made RPC): publish() offers the runtime's
+// executor and store on a 127.0.0.1 port; a runtime opened with `remote_port` set uses those
+// remote actors while its agents and tools stay local (it loads only the tokenizer and the model
+// config, for prompt rendering; the remote side holds the weights and every sequence):
+//
+//   server:  auto port = rt->publish();                        // 0: any free port
+//   client:  agent_runtime::open({.model_dir = "model/weights/cedar-agent-tiny", .remote_port = *port});
 #pragma once
 
 #include <cstdint>
@@ -25,6 +33,7 @@
 namespace cedar::model {
 class engine;
 class tokenizer;
+struct model_config;
 }  // namespace cedar::model
 
 namespace cedar {
@@ -55,6 +64,12 @@ struct runtime_options {
   // Bring your own model (embedding apps, tests): used instead of model_dir when both are set.
   std::shared_ptr<const model::engine> engine;
   std::shared_ptr<const model::tokenizer> tokenizer;
+  // Non-zero: use the executor and store that another runtime published (publish()) on
+  // remote_host:remote_port; store_path, ram_budget_mb, resume and kv_unquantised are then the
+  // remote side's business and ignored here. The model (model_dir or engine) must be the one the
+  // remote side serves: it is checked by its hash when connecting.
+  std::string remote_host = "127.0.0.1";
+  uint16_t remote_port = 0;
 };
 
 struct agent_options {
@@ -136,7 +151,17 @@ class agent_runtime {
   result<std::vector<session_summary>> sessions();
 
   const model::tokenizer& tokenizer() const;
+  const model::model_config& config() const;
+  // The weights: local runtimes only (a remote runtime opened from model_dir holds none).
+  bool has_engine() const;
   const model::engine& engine() const;
+
+  // Publishes the executor and store on 127.0.0.1:`port` (0: a free port) for runtimes in other
+  // processes (runtime_options::remote_port); returns the bound port. Loopback only; a runtime
+  // that is itself remote cannot re-publish; publishing again returns the same port. The port
+  // closes when this runtime is destroyed.
+  result<uint16_t> publish(uint16_t port = 0);
+  bool is_remote() const;
 
   struct impl;
   // The internals (runtime/runtime_impl.hpp), for cedar's own server and tools.

@@ -12,6 +12,7 @@
 #include "runtime/cmd_generate.hpp"
 #include "runtime/cmd_mcp.hpp"
 #include "runtime/cmd_model.hpp"
+#include "runtime/cmd_remote.hpp"
 #include "runtime/cmd_serve.hpp"
 #include "runtime/cmd_sessions.hpp"
 
@@ -37,6 +38,7 @@ int cli_main(int argc, char** argv) {
   add_agent_commands(app, &exit_code);
   add_generate_command(app, &exit_code);
   add_serve_command(app, &exit_code);
+  add_serve_remote_command(app, &exit_code);
   add_eval_command(app, &exit_code);
 
   app.parse_complete_callback([&] {

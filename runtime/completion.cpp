@@ -112,6 +112,7 @@ struct api_session {
   };
   std::vector<boundary> bounds;  // ascending; the last one is the session's end
   bool busy = false;
+  bool terminal = false;  // done/failed/cancelled in the store: fork it, never continue it
   uint64_t used = 0;
 };
 
@@ -124,6 +125,7 @@ struct completion_service::state {
   std::deque<std::string> reply_order;
   size_t max_replies = 4096;
   uint64_t clock = 0;
+  size_t n_rebuilt = 0;
 
   void index(const api_session& s, const api_session::boundary& b) {
     auto h = prefix_hashes(std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + int64_t(b.n_tokens)));
@@ -173,7 +175,7 @@ struct completion_service::state {
           if (b.n_tokens == n) {
             m.session = s->first;
             m.at = b;
-            m.at_end = &b == &s->second.bounds.back();
+            m.at_end = &b == &s->second.bounds.back() && !s->second.terminal;
             if (m.at_end && !s->second.busy) return m;  // best: continue it
           }
       }
@@ -183,9 +185,107 @@ struct completion_service::state {
   }
 };
 
+namespace {
+
+const char* const k_agent = "openai";  // the store's agent name of API sessions
+
+}  // namespace
+
 completion_service::completion_service(agent_runtime& rt, size_t max_sessions)
     : rt_(rt), st_(std::make_unique<state>()) {
   st_->max_sessions = std::max<size_t>(1, max_sessions);
+  rebuild();
+}
+
+// The prefix index and reply map from the store: the max_sessions most recently updated API
+// sessions, oldest first (so the LRU order is the store's). A session that cannot be read is
+// left out (logged); it stays in the store.
+void completion_service::rebuild() {
+  auto& rt = rt_.internals();
+  caf::scoped_actor self{*rt.sys};
+  const auto timeout = std::chrono::seconds(30);
+  std::vector<session_msg> list;
+  std::string err;
+  self->request(rt.store, timeout, list_atom::value)
+      .receive(
+          [&](std::vector<session_msg>& v, std::string& e) {
+            list = std::move(v);
+            err = e;
+          },
+          [&](caf::error& e) { err = caf::to_string(e); });
+  if (!err.empty()) {
+    CEDAR_LOG_WARN("completion: prefix index not rebuilt: %s", err.c_str());
+    return;
+  }
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [](const session_msg& m) { return m.agent != k_agent || m.n_tokens == 0; }),
+             list.end());
+  std::sort(list.begin(), list.end(), [](const session_msg& a, const session_msg& b) {
+    return a.updated_ms != b.updated_ms ? a.updated_ms > b.updated_ms : a.id > b.id;
+  });
+  if (list.size() > st_->max_sessions) list.resize(st_->max_sessions);
+  const int32_t eos = rt.tok->eos_id();
+  for (auto it = list.rbegin(); it != list.rend(); ++it) {
+    session_log_msg log;
+    std::vector<item_msg> items;
+    err.clear();
+    self->request(rt.store, timeout, log_atom::value, it->id)
+        .receive([&](session_log_msg& m) { log = std::move(m); }, [&](caf::error& e) { log.error = caf::to_string(e); });
+    if (log.error.empty())
+      self->request(rt.store, timeout, items_atom::value, it->id)
+          .receive(
+              [&](std::vector<item_msg>& v, std::string& e) {
+                items = std::move(v);
+                err = e;
+              },
+              [&](caf::error& e) { err = caf::to_string(e); });
+    if (!log.error.empty() || !err.empty()) {
+      CEDAR_LOG_WARN("completion: session %lld left out of the prefix index: %s", (long long)it->id,
+                     (log.error.empty() ? err : log.error).c_str());
+      continue;
+    }
+    api_session s;
+    s.id = it->id;
+    s.tokens = std::move(log.tokens);
+    s.terminal = it->status == "done" || it->status == "failed" || it->status == "cancelled";
+    // Request messages up to each checkpoint: one item per message, one per reply (tool_call
+    // items repeat the reply's calls).
+    std::vector<size_t> msgs_by_turn(log.checkpoint_tokens.size(), 0);
+    for (const auto& i : items)
+      if (i.kind != "tool_call" && i.turn < msgs_by_turn.size()) msgs_by_turn[i.turn]++;
+    size_t n_msgs = 0;
+    for (size_t t = 0; t < log.checkpoint_tokens.size(); ++t) {
+      n_msgs += msgs_by_turn[t];
+      uint64_t n = log.checkpoint_tokens[t];
+      if (n == 0 || n > s.tokens.size()) continue;
+      s.bounds.push_back({n, uint32_t(t + 1), n_msgs});
+    }
+    if (s.bounds.empty() || s.bounds.back().n_tokens != s.tokens.size()) continue;
+    std::lock_guard<std::mutex> lk(st_->mu);
+    for (const auto& i : items) {
+      if (i.kind != "assistant") continue;
+      njson p = njson::parse(i.payload, nullptr, false);
+      if (!p.is_object() || !p.value("faithful", false) || i.token_end > s.tokens.size() || i.token_begin > i.token_end)
+        continue;
+      std::vector<int32_t> reply(s.tokens.begin() + int64_t(i.token_begin), s.tokens.begin() + int64_t(i.token_end));
+      if (!reply.empty() && reply.back() == eos && p.value("stopped", false)) reply.pop_back();
+      std::vector<model::chat_tool_call> cc;
+      if (p.contains("tool_calls") && p["tool_calls"].is_array())
+        for (const auto& c : p["tool_calls"]) cc.push_back({c.value("id", ""), c.value("name", ""), c.value("arguments", "")});
+      st_->remember_reply(reply_key(p.value("content", ""), cc), std::move(reply));
+    }
+    s.used = ++st_->clock;
+    auto& slot = st_->sessions[s.id];
+    slot = std::move(s);
+    auto h = prefix_hashes(slot.tokens);
+    for (const auto& b : slot.bounds) st_->by_hash.emplace(h[b.n_tokens], slot.id);
+    st_->n_rebuilt++;
+  }
+}
+
+size_t completion_service::n_rebuilt_sessions() const {
+  std::lock_guard<std::mutex> lk(st_->mu);
+  return st_->n_rebuilt;
 }
 completion_service::~completion_service() = default;
 
@@ -296,7 +396,7 @@ status completion_service::validate(const completion_request& req) const {
   model::attach_tools(msgs, req.tools_json);
   auto p = build_prompt(*rt_.internals().tok, msgs, [](const std::string&) { return nullptr; });
   if (!p) return p.take_err();
-  const int64_t n_ctx = int64_t(rt_.internals().engine->config().max_position_embeddings);
+  const int64_t n_ctx = int64_t(rt_.internals().config->max_position_embeddings);
   if (int64_t(p->size()) + req.max_tokens > n_ctx)
     return make_error(errc::invalid_argument, "messages: the prompt (" + std::to_string(p->size()) +
                                                   " tokens) plus max_tokens exceeds the model's context of " +
@@ -331,7 +431,7 @@ result<completion_result> completion_service::complete(const completion_request&
   }
   std::vector<int32_t> full = prompt;
   full.insert(full.end(), forced.begin(), forced.end());
-  const int64_t n_ctx = int64_t(rt.engine->config().max_position_embeddings);
+  const int64_t n_ctx = int64_t(rt.config->max_position_embeddings);
   if (int64_t(full.size()) + req.max_tokens > n_ctx)
     return make_error(errc::invalid_argument, "messages: the prompt (" + std::to_string(full.size()) +
                                                   " tokens) plus max_tokens exceeds the model's context of " +
@@ -389,7 +489,7 @@ result<completion_result> completion_service::complete(const completion_request&
       }
     }
     if (id < 0) {
-      self->request(rt.store, caf::infinite, create_atom::value, std::string("openai"), uint64_t(0))
+      self->request(rt.store, caf::infinite, create_atom::value, std::string(k_agent), uint64_t(0))
           .receive(on_reply, on_err);
       if (!err.empty()) return make_error(errc::io, "store: " + err);
       fresh = true;
@@ -426,9 +526,20 @@ result<completion_result> completion_service::complete(const completion_request&
   model::dsml_parser parser(false);
   stop_filter stopf(req.stop);
   bool cancelled = false, dropped_calls = false;
+  // The call being streamed: its index in the reply, id, and whether a parameter was sent.
+  struct open_call {
+    bool active = false;
+    int index = 0;
+    std::string id, name, streamed;
+    bool any_param = false;
+  } oc;
+  int n_begun = 0;
   auto cancel = [&] {
     if (!cancelled) self->send(rt.exec, cancel_atom::value, sess.id);
     cancelled = true;
+  };
+  auto send_delta = [&](completion_call_delta&& cd) {
+    if (sink.tool_call_delta && !sink.tool_call_delta(cd)) cancel();
   };
   auto emit_content = [&](std::string_view text) {
     if (text.empty()) return;
@@ -442,14 +553,39 @@ result<completion_result> completion_service::complete(const completion_request&
           emit_content(stopf.push(e.text));
           if (stopf.hit) cancel();
           break;
-        case model::dsml_event_kind::call_end:
-          if (req.drop_calls) dropped_calls = true;
+        case model::dsml_event_kind::call_begin:
+          oc = open_call{};
           if (req.drop_calls || stopf.hit) break;
-          out.calls.push_back({"call_" + random_hex(12), e.name, e.value});
+          oc.active = true;
+          oc.index = n_begun++;
+          oc.id = "call_" + random_hex(12);
+          oc.name = e.name;
+          send_delta({oc.index, true, oc.id, oc.name, ""});
+          break;
+        case model::dsml_event_kind::parameter: {
+          if (!oc.active) break;
+          std::string piece = (oc.any_param ? ", " : "{") + model::json_quote(e.name) + ": " + e.value;
+          oc.any_param = true;
+          oc.streamed += piece;
+          send_delta({oc.index, false, "", "", std::move(piece)});
+          break;
+        }
+        case model::dsml_event_kind::call_end: {
+          if (req.drop_calls) dropped_calls = true;
+          if (!oc.active) break;
+          std::string piece = oc.any_param ? "}" : "{}";
+          oc.streamed += piece;
+          if (oc.streamed != e.value)  // the parser's own arguments are the truth
+            CEDAR_LOG_WARN("completion: streamed arguments of call %s differ from the parsed ones", oc.id.c_str());
+          send_delta({oc.index, false, "", "", std::move(piece)});
+          out.calls.push_back({oc.id, e.name, e.value});
+          oc.active = false;
           if (sink.tool_call && !sink.tool_call(out.calls.back(), int(out.calls.size()) - 1)) cancel();
           break;
+        }
         case model::dsml_event_kind::error:
           out.parse_errors.push_back(e.text);
+          oc.active = false;  // a call with an error never ends (dsml invariant 4)
           break;
         default:
           break;
@@ -463,6 +599,8 @@ result<completion_result> completion_service::complete(const completion_request&
     handle(ev);
   }
 
+  const auto t_request = std::chrono::steady_clock::now();
+  double ttft_ms = -1;
   self->send(rt.exec, generate_atom::value, g, caf::actor(self));
   gen_done d;
   std::string gen_err;
@@ -470,6 +608,8 @@ result<completion_result> completion_service::complete(const completion_request&
   while (!done) {
     self->receive(
         [&](token_atom, int64_t, int32_t t) {
+          if (ttft_ms < 0)
+            ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_request).count();
           if (stopf.hit) return;
           auto piece = dec.push(t);
           if (!piece) return;
@@ -508,7 +648,10 @@ result<completion_result> completion_service::complete(const completion_request&
   out.cached_tokens = d.resume_path == "reprefilled" ? 0 : int64_t(n_cached);
   out.finish_reason = !out.calls.empty() ? "tool_calls" : (stopf.hit || d.stopped) ? "stop" : "length";
 
-  // 4. Commit the turn: the request's new messages, the reply, every token and KV page.
+  // 4. Commit the turn: the request's new messages, the reply, every token and KV page. A
+  // faithful reply is exactly what the tokens of its range say (no stop string cut it, no call
+  // was dropped or malformed): a rebuilt index may map it back to those tokens.
+  const bool faithful = !stopf.hit && out.parse_errors.empty() && !dropped_calls;
   commit_request c;
   c.session = sess.id;
   for (size_t i = std::min(n_msgs_before, msgs.size()); i < msgs.size(); ++i) c.items.push_back(input_item(msgs[i]));
@@ -522,7 +665,7 @@ result<completion_result> completion_service::complete(const completion_request&
                                    {"n_replayed", d.n_replayed}, {"context", d.context},
                                    {"resume_ms", d.resume_ms}, {"prefill_ms", d.prefill_ms},
                                    {"decode_ms", d.decode_ms}, {"finish_reason", out.finish_reason},
-                                   {"source", "openai"}}
+                                   {"source", "openai"}, {"faithful", faithful}}
                                  .dump(),
                              end - uint64_t(d.generated.size() + forced.size()), end, 0});
   for (const auto& call : out.calls)
@@ -535,6 +678,9 @@ result<completion_result> completion_service::complete(const completion_request&
   c.sources = std::move(d.sources);
   c.aux = std::move(d.aux);
   c.status_after = out.calls.empty() ? "active" : "waiting_tool";
+  c.ttft_ms = ttft_ms >= 0 ? ttft_ms : d.resume_ms + d.prefill_ms;
+  c.decode_ms = d.decode_ms;
+  c.n_decoded = d.n_generated;
   std::string commit_err;
   uint32_t turn = 0;
   self->request(rt.store, caf::infinite, commit_atom::value, std::move(c))
@@ -563,7 +709,6 @@ result<completion_result> completion_service::complete(const completion_request&
     s.busy = false;
     s.used = ++st_->clock;
     st_->index(s, b);
-    bool faithful = !stopf.hit && out.parse_errors.empty() && !dropped_calls;
     if (faithful) {
       std::vector<int32_t> reply(forced);
       reply.insert(reply.end(), d.generated.begin(), d.generated.end());

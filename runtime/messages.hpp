@@ -34,6 +34,15 @@ using tool_tmo_atom = caf::atom_constant<caf::atom("tool_tmo")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using kv_usage_atom = caf::atom_constant<caf::atom("kv_usage")>;
 using fork_atom = caf::atom_constant<caf::atom("fork")>;
+using log_atom = caf::atom_constant<caf::atom("log")>;
+using timings_atom = caf::atom_constant<caf::atom("timings")>;
+using opts_atom = caf::atom_constant<caf::atom("agent_opts")>;
+
+// The gateway a published runtime offers (runtime/remote.cpp): one request returns the
+// executor, the store and the model hash. Both ends compile this declaration (its reply types
+// are CAF built-ins).
+using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
+using gateway_actor = caf::typed_actor<caf::replies_to<endpoints_atom>::with<caf::actor, caf::actor, uint64_t>>;
 
 // ---- executor ------------------------------------------------------------------------------
 struct gen_request {
@@ -123,11 +132,14 @@ struct commit_request {
   std::vector<kv_source_msg> sources;
   std::vector<aux_msg> aux;
   std::string status_after = "active";
+  // The turn's generation timing (stored per turn); ttft_ms < 0: the turn did not generate.
+  double ttft_ms = -1, decode_ms = 0;
+  int64_t n_decoded = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, commit_request& x) {
   return f(caf::meta::type_name("commit_request"), x.session, x.items, x.first_token, x.tokens, x.sources, x.aux,
-           x.status_after);
+           x.status_after, x.ttft_ms, x.decode_ms, x.n_decoded);
 }
 
 struct resume_msg {
@@ -180,6 +192,28 @@ typename Inspector::result_type inspect(Inspector& f, kv_usage_msg& x) {
   return f(caf::meta::type_name("kv_usage_msg"), x.error, x.n_pages, x.n_entries, x.fp4_bytes, x.bf16_bytes);
 }
 
+// A session's token log and where its checkpoints fall (the OpenAI API's prefix index).
+struct session_log_msg {
+  std::string error;
+  std::vector<int32_t> tokens;
+  std::vector<uint64_t> checkpoint_tokens;  // [i]: log length after turn i (n_turns = i + 1)
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, session_log_msg& x) {
+  return f(caf::meta::type_name("session_log_msg"), x.error, x.tokens, x.checkpoint_tokens);
+}
+
+// One turn's stored generation timing (sessions::turn_timing).
+struct turn_timing_msg {
+  uint32_t turn = 0;
+  double ttft_ms = 0, decode_ms = 0;
+  int64_t n_decoded = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, turn_timing_msg& x) {
+  return f(caf::meta::type_name("turn_timing_msg"), x.turn, x.ttft_ms, x.decode_ms, x.n_decoded);
+}
+
 using executor_actor = caf::typed_actor<
     caf::replies_to<generate_atom, gen_request, caf::actor>::with<gen_done>,  // actor: token sink
     caf::reacts_to<cancel_atom, int64_t>,
@@ -194,7 +228,11 @@ using store_actor = caf::typed_actor<
     caf::replies_to<finish_atom, int64_t, std::string>::with<store_reply>,
     caf::replies_to<list_atom>::with<std::vector<session_msg>, std::string>,
     caf::replies_to<kv_usage_atom, int64_t>::with<kv_usage_msg>,
-    caf::replies_to<fork_atom, int64_t, uint32_t>::with<store_reply>>;   // parent, n_turns -> fork id
+    caf::replies_to<fork_atom, int64_t, uint32_t>::with<store_reply>,    // parent, n_turns -> fork id
+    caf::replies_to<log_atom, int64_t>::with<session_log_msg>,
+    caf::replies_to<timings_atom, int64_t>::with<std::vector<turn_timing_msg>, std::string>,
+    caf::replies_to<opts_atom, int64_t>::with<std::string, std::string>,     // -> options JSON, error
+    caf::replies_to<opts_atom, int64_t, std::string>::with<store_reply>>;    // sets the options JSON
 
 // Registers every message type above with the actor system config (both ends of a remote link
 // must call it).

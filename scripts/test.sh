@@ -13,8 +13,11 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900
 # benchmarks) of the libraries below runtime/, their unit tests and the fuzz targets. ctest runs
 # those unit tests once under the sanitizers (leaks at exit fail too) and each fuzz target's
 # regression run from its committed corpus (tests fuzz_<target>, label fuzz).
-# Not yet in this stage: runtime/ and its tests (the CAF-heavy part; its clang+ASan build time has
-# not been measured inside the CI budget), and the Python reference tests (no cedar code).
+# The runtime's readers of untrusted bytes (the `cedar eval` task file, the `cedar serve` request
+# path) are fuzzed from their own pure source files (fuzz_eval_tasks, fuzz_serve_request), so this
+# stage does not build cedar_runtime. Not in this stage: runtime/ and its tests (the CAF-heavy
+# part; its clang+ASan build time was not measured on an idle machine), and the Python reference
+# tests (no cedar code).
 # Excluded: store_faults.sigkill_at_random_points_*, whose kill window (0-40 ms) is sized for
 # release-speed writers: under ASan few writes land before the kill, so its progress checks (not
 # its durability checks) fail. It runs in the normal build above.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "runtime/agent_options_json.hpp"
 #include "runtime/observer.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/server/dashboard_assets.hpp"
@@ -137,7 +138,31 @@ struct dashboard_state {
     return out;
   }
 
-  // The agent this dashboard holds for `id`, resuming it from the store when it holds none.
+  // Per-turn generation timings kept by the store (they outlive the observer: a restart).
+  std::map<uint32_t, turn_timing_msg> timings(int64_t id) {
+    caf::scoped_actor self{*in.sys};
+    std::map<uint32_t, turn_timing_msg> out;
+    self->request(in.store, store_timeout, timings_atom::value, id)
+        .receive(
+            [&](std::vector<turn_timing_msg>& v, std::string&) {
+              for (auto& t : v) out[t.turn] = t;
+            },
+            [&](caf::error&) {});
+    return out;
+  }
+
+  // The options the session's agent was created with ("" when none were stored).
+  std::string stored_options(int64_t id) {
+    caf::scoped_actor self{*in.sys};
+    std::string out;
+    self->request(in.store, store_timeout, opts_atom::value, id)
+        .receive([&](std::string& o, std::string&) { out = std::move(o); }, [&](caf::error&) {});
+    return out;
+  }
+
+  // The agent this dashboard holds for `id`, resuming it from the store when it holds none — with
+  // the options stored for the session (a fork inherits its parent's), `name` overriding the
+  // stored name when given.
   result<agent> agent_for(int64_t id, const std::string& name) {
     {
       std::lock_guard<std::mutex> lk(mu);
@@ -145,7 +170,13 @@ struct dashboard_state {
       if (it != agents.end()) return it->second;
     }
     agent_options o;
-    o.name = name.empty() ? "agent" : name;
+    if (std::string stored = stored_options(id); !stored.empty()) {
+      auto so = agent_options_from_json(stored);
+      if (!so) return make_error(errc::invalid_format, "session " + std::to_string(id) + ": " + so.err().message);
+      o = std::move(*so);
+    }
+    if (!name.empty()) o.name = name;
+    if (o.name.empty()) o.name = "agent";
     auto a = rt.resume_agent(id, o);
     if (!a) return a.take_err();
     std::lock_guard<std::mutex> lk(mu);
@@ -190,8 +221,9 @@ njson session_json(dashboard_state& st, const session_msg& m) {
   return j;
 }
 
-// One transcript item, with derived per-generation metrics on assistant items.
-njson item_json(const item_msg& i) {
+// One transcript item, with derived per-generation metrics on assistant items; the time to first
+// token and decode time come from the store's timing of the item's turn when it has one.
+njson item_json(const item_msg& i, const std::map<uint32_t, turn_timing_msg>& timings) {
   njson p = njson::parse(i.payload, nullptr, false);
   if (p.is_discarded()) p = njson{{"raw", i.payload}};
   njson j{{"kind", i.kind}, {"turn", i.turn}, {"token_begin", i.token_begin}, {"token_end", i.token_end}, {"payload", p}};
@@ -209,7 +241,15 @@ njson item_json(const item_msg& i) {
             {"generated_tokens", n_gen},
             {"resume_path", p.value("resume_path", "")},
             {"ttft_ms", resume_ms + prefill_ms},
-            {"decode_tok_s", decode_ms > 0 ? double(n_gen) / decode_ms * 1000.0 : 0.0}};
+            {"decode_ms", decode_ms},
+            {"decode_tok_s", decode_ms > 0 ? double(n_gen) / decode_ms * 1000.0 : 0.0},
+            {"timing", "transcript"}};
+    if (auto t = timings.find(i.turn); t != timings.end()) {
+      m["ttft_ms"] = t->second.ttft_ms;
+      m["decode_ms"] = t->second.decode_ms;
+      m["decode_tok_s"] = t->second.decode_ms > 0 ? double(t->second.n_decoded) / t->second.decode_ms * 1000.0 : 0.0;
+      m["timing"] = "store";
+    }
     j["metrics"] = m;
   }
   return j;
@@ -344,9 +384,20 @@ void mount_dashboard(httplib::Server& svr, agent_runtime& rt) {
     auto items = st->items(id);
     if (!items) return send_error(res, 404, items.err().message);
     njson j = session_json(*st, *m);
+    auto timings = st->timings(id);
     njson arr = njson::array();
-    for (const auto& i : *items) arr.push_back(item_json(i));
+    for (const auto& i : *items) arr.push_back(item_json(i, timings));
     j["items"] = arr;
+    njson tt = njson::array();
+    for (const auto& [turn, t] : timings)
+      tt.push_back({{"turn", turn},
+                    {"ttft_ms", t.ttft_ms},
+                    {"decode_ms", t.decode_ms},
+                    {"n_decoded", t.n_decoded},
+                    {"decode_tok_s", t.decode_ms > 0 ? double(t.n_decoded) / t.decode_ms * 1000.0 : 0.0}});
+    j["turn_timings"] = tt;
+    std::string opts = st->stored_options(id);
+    j["agent_options"] = opts.empty() ? njson(nullptr) : njson::parse(opts, nullptr, false);
     observer::session_live live = st->obs().session(id);
     j["live_text"] = live.live_text;
     j["turn_summaries"] = njson(std::vector<njson>(live.turns.begin(), live.turns.end()));
@@ -460,11 +511,25 @@ void mount_dashboard(httplib::Server& svr, agent_runtime& rt) {
   svr.Post(R"(/api/dash/sessions/(-?\d+)/cancel)", [st](const httplib::Request& req, httplib::Response& res) {
     int64_t id = 0;
     if (!path_id(req, res, &id)) return;
-    std::lock_guard<std::mutex> lk(st->mu);
-    auto it = st->agents.find(id);
-    if (it == st->agents.end())
-      return send_error(res, 404, "session " + std::to_string(id) + " has no agent running in this server");
-    it->second.cancel();
+    // The agent this dashboard started, else any agent of the runtime for the session.
+    bool sent = false;
+    {
+      std::lock_guard<std::mutex> lk(st->mu);
+      auto it = st->agents.find(id);
+      if (it != st->agents.end()) {
+        it->second.cancel();
+        sent = true;
+      }
+    }
+    if (!sent) {
+      std::lock_guard<std::mutex> lk(st->in.mu);
+      auto it = st->in.agent_of.find(id);
+      if (it != st->in.agent_of.end()) {
+        caf::anon_send(it->second, cancel_atom::value);
+        sent = true;
+      }
+    }
+    if (!sent) return send_error(res, 404, "session " + std::to_string(id) + " has no agent in this runtime");
     st->obs().publish("session", id, njson{{"action", "cancel"}});
     send_json(res, njson{{"session", id}, {"cancelling", true}});
   });

@@ -16,6 +16,7 @@
 #include "kernels/base/log.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/runtime_impl.hpp"
+#include "runtime/server/request_parse.hpp"
 
 namespace cedar::runtime {
 
@@ -65,27 +66,6 @@ result<std::string> new_token() {
   return t;
 }
 
-bool equal_ct(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return d == 0;
-}
-
-std::string cookie_value(const std::string& header, const std::string& name) {
-  size_t pos = 0;
-  while (pos < header.size()) {
-    size_t end = header.find(';', pos);
-    if (end == std::string::npos) end = header.size();
-    std::string part = header.substr(pos, end - pos);
-    size_t b = part.find_first_not_of(' ');
-    if (b != std::string::npos) part = part.substr(b);
-    if (part.compare(0, name.size() + 1, name + "=") == 0) return part.substr(name.size() + 1);
-    pos = end + 1;
-  }
-  return {};
-}
-
 }  // namespace
 
 result<std::string> load_or_create_token(const std::string& path, bool* created) {
@@ -130,11 +110,9 @@ std::string http_server::url() const {
 }
 
 bool http_server::authorized(const httplib::Request& req) const {
-  std::string auth = req.get_header_value("Authorization");
-  if (auth.compare(0, 7, "Bearer ") == 0 && equal_ct(auth.substr(7), token_)) return true;
-  for (size_t i = 0; i < req.get_header_value_count("Cookie"); ++i)
-    if (equal_ct(cookie_value(req.get_header_value("Cookie", i), k_token_cookie), token_)) return true;
-  return false;
+  std::vector<std::string> cookies;
+  for (size_t i = 0; i < req.get_header_value_count("Cookie"); ++i) cookies.push_back(req.get_header_value("Cookie", i));
+  return request_authorized(req.get_header_value("Authorization"), cookies, k_token_cookie, token_);
 }
 
 result<std::unique_ptr<http_server>> http_server::start(agent_runtime& rt, serve_options opts,

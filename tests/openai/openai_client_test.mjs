@@ -138,11 +138,18 @@ await check("a tool call", async () => {
 
 await check("a streamed tool call (runTools-style accumulation)", async () => {
   const s = client.chat.completions.stream({ model, temperature: 0, max_tokens: 80, messages, tools });
+  let argPieces = 0;
+  s.on("chunk", (chunk) => {
+    for (const tc of chunk.choices[0]?.delta?.tool_calls || []) if (tc.function?.arguments) argPieces++;
+  });
   const final = await s.finalChatCompletion();
   const call = final.choices[0].message.tool_calls[0];
   assert.equal(call.function.name, "calculator");
   assert.ok(call.id.startsWith("call_"));
   assert.equal(typeof JSON.parse(call.function.arguments), "object");
+  // The arguments arrive in pieces as they are generated and add up to the unstreamed ones.
+  assert.ok(argPieces >= 2, `argument pieces: ${argPieces}`);
+  if (first) assert.equal(call.function.arguments, first.choices[0].message.tool_calls[0].function.arguments);
 });
 
 await check("the follow-up with the tool result reuses the first request's KV", async () => {

@@ -319,8 +319,11 @@ TEST_F(ServeApi, StreamedToolCallDeltasCarryIndexIdAndType) {
         id = tc["id"];
         EXPECT_EQ(tc["type"], "function");
         name = tc["function"]["name"];
+        EXPECT_EQ(tc["function"]["arguments"], "");  // the arguments follow as they are generated
       } else {
         EXPECT_FALSE(tc.contains("id"));
+        EXPECT_FALSE(tc.contains("type"));
+        EXPECT_FALSE(tc["function"].contains("name"));
       }
       arguments += tc["function"]["arguments"].get<std::string>();
     }
@@ -329,6 +332,13 @@ TEST_F(ServeApi, StreamedToolCallDeltasCarryIndexIdAndType) {
   EXPECT_EQ(name, "calculator");
   EXPECT_EQ(id.rfind("call_", 0), 0u);
   EXPECT_TRUE(njson::parse(arguments, nullptr, false).is_object()) << arguments;
+  // Streamed incrementally: the name, then each parameter, then the closing brace.
+  EXPECT_GE(fragments, 3) << r->body;
+  // The same request unstreamed (greedy): the pieces concatenate to its arguments exactly.
+  body.erase("stream");
+  njson j = post(body);
+  ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << j.dump();
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>(), arguments);
 }
 
 TEST_F(ServeApi, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {

@@ -148,11 +148,15 @@ async function loadSession() {
     if (state.session !== id) return;
     $('#s-title').textContent = 'Session ' + s.id + ' — ' + s.agent;
     const last = s.turn_summaries.length ? s.turn_summaries[s.turn_summaries.length - 1] : null;
+    // The store's per-turn timings outlive the observer (a restart): the last one when no live summary.
+    const stored = (s.turn_timings || []).length ? s.turn_timings[s.turn_timings.length - 1] : null;
     $('#s-summary').replaceChildren(...[el('span', { class: 'status ' + s.status, id: 's-status' }, s.status),
       metric('turns', s.turns), metric('tokens', s.tokens), metric('KV FP4', fmtBytes(s.kv_fp4_bytes)),
       metric('bf16', fmtBytes(s.kv_bf16_bytes)), s.parent >= 0 ? metric('fork of', s.parent) : null,
       last ? metric('last turn: first token', fmtMs(last.first_token_ms)) : null,
       last ? metric('total', fmtMs(last.total_ms)) : null,
+      !last && stored ? metric('last turn: first token', fmtMs(stored.ttft_ms)) : null,
+      !last && stored ? metric('decode', stored.decode_tok_s.toFixed(1) + ' tok/s') : null,
       last && last.cancelled ? el('b', { id: 's-cancelled' }, 'cancelled') : null,
       last && last.error ? el('span', { class: 'error' }, last.error) : null].filter((x) => x));
     $('#btn-cancel').disabled = !s.running;
