@@ -155,3 +155,50 @@ TEST(AgentLoop, RestoreContinuesWhereTheTranscriptEnds) {
   ASSERT_TRUE(ta.ok() && tb.ok());
   EXPECT_EQ(*ta, *tb);
 }
+
+// A crash between a reply's tool calls and their results (found by the soak test): the stored
+// transcript ends with the assistant's calls. The restored loop answers them "interrupted"
+// (once, for the agent to commit) and the next turn renders those results and the new user
+// message as the continuation of the log, exactly as a cancel would have.
+TEST(AgentLoop, RestoreAfterACrashBeforeTheToolResultsAnswersThemInterrupted) {
+  auto tok = test::test_tokenizer();
+  agent_loop a(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(a.begin_turn("What is 6 * 7?").ok());
+  reply_action r = reply(a, calc_call("6 * 7") + "<｜end▁of▁sentence｜>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  ASSERT_EQ(a.phase(), agent_phase::running_tools);  // the process dies here
+
+  agent_loop b(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(b.restore(a.messages(), true).ok());
+  auto lost = b.take_interrupted();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].id, r.calls[0].id);
+  EXPECT_EQ(lost[0].name, "calculator");
+  EXPECT_NE(lost[0].error.find("interrupted"), std::string::npos) << lost[0].error;
+  EXPECT_TRUE(b.take_interrupted().empty());  // handed over once
+  EXPECT_EQ(b.messages().back().role, model::chat_role::tool);
+  EXPECT_EQ(b.messages().back().tool_call_id, r.calls[0].id);
+
+  auto t = b.begin_turn("next");
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(*tok->decode(*t), "<｜User｜><tool_result>error: " + lost[0].error +
+                                  "</tool_result>\n\nnext<｜Assistant｜></think>");
+}
+
+// A crash after the tool results were stored but before the next reply: the sequence (token
+// log) ends with the reply, so the stored results must come back with the next turn's delta.
+TEST(AgentLoop, RestoreAfterACrashAfterTheToolResultsRendersThemWithTheNextTurn) {
+  auto tok = test::test_tokenizer();
+  agent_loop a(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(a.begin_turn("What is 6 * 7?").ok());
+  reply_action r = reply(a, calc_call("6 * 7") + "<｜end▁of▁sentence｜>");
+  ASSERT_EQ(r.calls.size(), 1u);
+  ASSERT_TRUE(a.tool_results({{r.calls[0].id, "42", false, 1.0}}).ok());  // stored; the process dies
+
+  agent_loop b(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(b.restore(a.messages(), true).ok());
+  EXPECT_TRUE(b.take_interrupted().empty());  // every call has its result
+  auto t = b.begin_turn("next");
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(*tok->decode(*t), "<｜User｜><tool_result>42</tool_result>\n\nnext<｜Assistant｜></think>");
+}
