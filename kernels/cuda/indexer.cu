@@ -9,7 +9,20 @@ namespace cedar::kernels::cuda {
 namespace {
 
 // ---- scores: grid (ceil(E / 128), R), one thread per entry; q and w of the row in shared ----
+// Generic Di: decodes each key channel once per head (the fallback). Di of 32/64/128: the
+// entry is decoded ONCE into DI registers and every head's dot product reads q from shared
+// memory (the same address across the warp: a broadcast). Same function; the order of the
+// fp32 sums differs from the generic kernel's (scale folded into the key value, exact since
+// scales are powers of two).
 constexpr int k_score_threads = 128;
+
+__device__ __forceinline__ bool score_masked(const index_scores_params& p, int r, int t, float* out) {
+  if (t >= p.vis[r] || (p.allowed && !p.allowed[(size_t)r * p.nb + t / p.block])) {
+    *out = -INFINITY;
+    return true;
+  }
+  return false;
+}
 
 __global__ void index_scores_kernel(index_scores_params p) {
   extern __shared__ float smem[];
@@ -22,11 +35,7 @@ __global__ void index_scores_kernel(index_scores_params p) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.E) return;
   float* out = p.score + (size_t)r * p.E + t;
-  const int vis = p.vis[r];
-  if (t >= vis || (p.allowed && !p.allowed[(size_t)r * p.nb + t / p.block])) {
-    *out = -INFINITY;
-    return;
-  }
+  if (score_masked(p, r, t, out)) return;
   const size_t eb = fp4_index_bytes(Di);
   const uint8_t* e = p.keys[r] + (size_t)t * eb;
   float acc = 0.0f;
@@ -43,6 +52,45 @@ __global__ void index_scores_kernel(index_scores_params p) {
       s += part * sc;
     }
     acc += fmaxf(s, 0.0f) * p.sscale * wsh[h];
+  }
+  *out = acc;
+}
+
+template <int DI>
+__global__ void __launch_bounds__(k_score_threads) index_scores_fixed_kernel(index_scores_params p) {
+  extern __shared__ float smem[];
+  const int r = blockIdx.y, Hi = p.Hi;
+  float* qs = smem;            // [Hi, DI]
+  float* wsh = qs + Hi * DI;   // [Hi]
+  for (int i = threadIdx.x; i < Hi * DI; i += blockDim.x) qs[i] = p.q[(size_t)r * Hi * DI + i];
+  for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i] * p.sscale;
+  __syncthreads();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.E) return;
+  float* out = p.score + (size_t)r * p.E + t;
+  if (score_masked(p, r, t, out)) return;
+  const uint8_t* e = p.keys[r] + (size_t)t * fp4_index_bytes(DI);
+  float v[DI];
+#pragma unroll
+  for (int c0 = 0; c0 < DI; c0 += 32) {
+    const float sc = ue8m0_value(e[DI / 2 + c0 / 32]);
+#pragma unroll
+    for (int b = 0; b < 16; ++b) {
+      const uint32_t byte = e[c0 / 2 + b];
+      v[c0 + 2 * b] = e2m1_value(byte & 15u) * sc;
+      v[c0 + 2 * b + 1] = e2m1_value(byte >> 4) * sc;
+    }
+  }
+  float acc = 0.0f;
+  for (int h = 0; h < Hi; ++h) {
+    const float* qh = qs + h * DI;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int c = 0; c < DI; c += 2) {
+      s0 = fmaf(qh[c], v[c], s0);
+      s1 = fmaf(qh[c + 1], v[c + 1], s1);
+    }
+    acc += fmaxf(s0 + s1, 0.0f) * wsh[h];
   }
   *out = acc;
 }
@@ -193,7 +241,12 @@ status index_scores(const index_scores_params& p, cudaStream_t stream) {
   const size_t smem = sizeof(float) * ((size_t)p.Hi * p.Di + p.Hi);
   if (smem > 48 * 1024) return bad("Hi·Di too large for one block's query");
   dim3 grid((unsigned)((p.E + k_score_threads - 1) / k_score_threads), (unsigned)p.R);
-  index_scores_kernel<<<grid, k_score_threads, smem, stream>>>(p);
+  switch (p.Di) {
+    case 32: index_scores_fixed_kernel<32><<<grid, k_score_threads, smem, stream>>>(p); break;
+    case 64: index_scores_fixed_kernel<64><<<grid, k_score_threads, smem, stream>>>(p); break;
+    case 128: index_scores_fixed_kernel<128><<<grid, k_score_threads, smem, stream>>>(p); break;
+    default: index_scores_kernel<<<grid, k_score_threads, smem, stream>>>(p); break;
+  }
   CEDAR_CUDA_LAUNCHED("cuda::index_scores");
   return {};
 }

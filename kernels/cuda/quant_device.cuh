@@ -26,12 +26,13 @@ __device__ inline float e2m1_value(uint32_t code) {
 }
 
 __device__ inline float e4m3_value(uint32_t b) {
-  // OCP E4M3FN: bias 7, subnormals at exponent 0, 0x7F/0xFF NaN (never produced by the packers)
+  // OCP E4M3FN: bias 7, subnormals at exponent 0 (m·2^-9), 0x7F/0xFF NaN (never produced by
+  // the packers); normal values by bit placement (exponent rebiased 7 -> 127)
   const uint32_t e = (b >> 3) & 15u, m = b & 7u;
   float v;
-  if (e == 0) v = ldexpf((float)m, -9);  // m/8 · 2^-6
+  if (e == 0) v = (float)m * 0.001953125f;
   else if (e == 15u && m == 7u) v = __int_as_float(0x7fc00000);
-  else v = ldexpf(1.0f + (float)m / 8.0f, (int)e - 7);
+  else v = __uint_as_float(((e + 120u) << 23) | (m << 20));
   return b & 0x80u ? -v : v;
 }
 

@@ -1,8 +1,10 @@
-// sparse_attention — see sparse_attention.cuh. One thread block per (row, group of HB heads);
-// keys in tiles of TK: the block dequantises a tile into shared memory once for all its heads
+// sparse_attention — see sparse_attention.cuh. One thread block per (row, group of HB heads,
+// split of the keys); keys in tiles of TK: the block dequantises a tile into shared memory once for all its heads
 // (K = V is shared by every head), scores it, and folds it into per-head running max / sum /
 // output (online softmax). Shared memory: q [HB, D] + tile [TK, D] + probabilities [HB, TK] +
-// output accumulators [HB, D], fp32.
+// output accumulators [HB, D], fp32. Splits (flash-decoding): a decode batch of one row has
+// too few (row, head group) pairs to fill the GPU, so the keys are cut into whole-tile ranges,
+// each block leaves its (max, sum, output) in the workspace and a second kernel folds them.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/quant_device.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
@@ -14,10 +16,21 @@ namespace {
 
 constexpr int k_threads = 256;
 constexpr int k_tile = 32;  // keys per tile
+constexpr int k_unroll = 8;  // packed words each thread loads before decoding
 
-__global__ void sparse_attention_kernel(sparse_attention_params p, int hb) {
+// 4 bytes from any address: one load when aligned (D a multiple of 128 makes every entry
+// start aligned), else byte loads.
+__device__ __forceinline__ uint32_t load4(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return __ldg(reinterpret_cast<const uint32_t*>(p));
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// grid (R, head groups, splits). With splits == 1 the block writes the output; else it writes
+// its key range's partial state (max, sum, unnormalised output) to p.workspace for
+// sparse_attention_combine.
+__global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int splits) {
   extern __shared__ float smem[];
-  const int r = blockIdx.x, h0 = blockIdx.y * hb;
+  const int r = blockIdx.x, h0 = blockIdx.y * hb, split = blockIdx.z;
   const int nh = min(hb, p.H - h0);
   const int D = p.D;
   float* qs = smem;                   // [hb, D]
@@ -43,48 +56,99 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb) {
   const uint8_t* wk = p.wkeys[r];
   const uint8_t* mk = nc > 0 ? p.main[r] : nullptr;
   const int ws = p.wstart[r];
+  const int words8 = D / 4;  // 4-byte words of an fp8 entry's codes (an fp4 entry has half)
+  __shared__ const uint8_t* tkey[k_tile];
+  __shared__ bool tfp4[k_tile];
   __syncthreads();
 
-  for (int t0 = 0; t0 < n; t0 += k_tile) {
-    const int nt = min(k_tile, n - t0);
-    // dequantise the tile: [nt, D]
-    for (int i = threadIdx.x; i < nt * D; i += blockDim.x) {
-      const int j = t0 + i / D, c = i % D;
-      float v;
-      if (j < nw) {
-        const uint8_t* e = wk + (size_t)((ws + j) % p.wcap) * wbytes;
-        v = fp8_swa_at(e, D, c);
-      } else {
-        const uint8_t* e = mk + (size_t)p.sel[(size_t)r * p.K + (j - nw)] * mbytes;
-        v = fp4_kv_at(e, D, c);
-      }
-      ts[i] = v;
+  // this block's keys: [k_begin, k_end), split in whole tiles
+  const int tiles = (n + k_tile - 1) / k_tile, per = (tiles + splits - 1) / splits;
+  const int k_begin = min(n, split * per * k_tile), k_end = min(n, (split + 1) * per * k_tile);
+  for (int t0 = k_begin; t0 < k_end; t0 += k_tile) {
+    const int nt = min(k_tile, k_end - t0);
+    // dequantise the tile: [nt, D]. First the tile's entry pointers (one thread per key: the
+    // only dependent load, sel -> entry), then 4-byte words of packed codes, all independent;
+    // consecutive lanes take consecutive words of a key, so loads coalesce and the float4
+    // stores into the tile hit distinct banks (an fp8 word = 4 channels under one UE8M0 scale,
+    // an fp4 word = 8 channels under one E4M3 scale).
+    if ((int)threadIdx.x < nt) {
+      const int j = t0 + (int)threadIdx.x;
+      tkey[threadIdx.x] = j < nw ? wk + (size_t)((ws + j) % p.wcap) * wbytes
+                                 : mk + (size_t)p.sel[(size_t)r * p.K + (j - nw)] * mbytes;
+      tfp4[threadIdx.x] = j >= nw;
     }
     __syncthreads();
-    // logits [nh, nt]
-    for (int i = threadIdx.x; i < nh * nt; i += blockDim.x) {
-      const int h = i / nt, j = i % nt;
-      const float* qh = qs + h * D;
-      const float* kj = ts + j * D;
-      float s = 0.0f;
-      for (int c = 0; c < D; ++c) s += qh[c] * kj[c];
-      ps[h * k_tile + j] = s * p.scale;
+    // (k_unroll words per thread are loaded before any is decoded: independent loads in
+    // flight instead of one load's latency per word)
+    const int total = nt * words8;
+    for (int base = threadIdx.x; base < total; base += blockDim.x * k_unroll) {
+      uint32_t u[k_unroll], sb[k_unroll];
+#pragma unroll
+      for (int k = 0; k < k_unroll; ++k) {
+        const int i = base + k * (int)blockDim.x;
+        u[k] = 0, sb[k] = 0;
+        if (i >= total) continue;
+        const int j = i / words8, wd = i - j * words8;
+        const uint8_t* e = tkey[j];
+        if (!tfp4[j]) u[k] = load4(e + wd * 4), sb[k] = e[D + wd / 8];
+        else if (wd < words8 / 2) u[k] = load4(e + wd * 4), sb[k] = e[D / 2 + wd / 2];
+      }
+#pragma unroll
+      for (int k = 0; k < k_unroll; ++k) {
+        const int i = base + k * (int)blockDim.x;
+        if (i >= total) continue;
+        const int j = i / words8, wd = i - j * words8;
+        float4* dst = reinterpret_cast<float4*>(ts + j * D);
+        if (!tfp4[j]) {
+          const float sc = ue8m0_value(sb[k]);
+          dst[wd] = make_float4(e4m3_value(u[k] & 0xFFu) * sc, e4m3_value((u[k] >> 8) & 0xFFu) * sc,
+                                e4m3_value((u[k] >> 16) & 0xFFu) * sc, e4m3_value(u[k] >> 24) * sc);
+        } else if (wd < words8 / 2) {
+          const float sc = e4m3_value(sb[k]);
+          dst[2 * wd] = make_float4(e2m1_value(u[k] & 15u) * sc, e2m1_value((u[k] >> 4) & 15u) * sc,
+                                    e2m1_value((u[k] >> 8) & 15u) * sc, e2m1_value((u[k] >> 12) & 15u) * sc);
+          dst[2 * wd + 1] = make_float4(e2m1_value((u[k] >> 16) & 15u) * sc, e2m1_value((u[k] >> 20) & 15u) * sc,
+                                        e2m1_value((u[k] >> 24) & 15u) * sc, e2m1_value(u[k] >> 28) * sc);
+        }
+      }
     }
     __syncthreads();
-    // per head: new max, rescale factor, probabilities (one thread per head; nt <= 32)
-    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
-      float m = mrun[h];
-      for (int j = 0; j < nt; ++j) m = fmaxf(m, ps[h * k_tile + j]);
-      const float f = mrun[h] == -INFINITY ? 0.0f : __expf(mrun[h] - m);
-      float l = lrun[h] * f;
-      for (int j = 0; j < nt; ++j) {
-        const float e = __expf(ps[h * k_tile + j] - m);
-        ps[h * k_tile + j] = e;
-        l += e;
+    // logits [nh, nt]: one warp per (head, key), lanes over channels (consecutive addresses:
+    // no shared-memory bank conflicts), warp-shuffle sum
+    {
+      const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+      for (int i = threadIdx.x >> 5; i < nh * nt; i += nwarps) {
+        const int h = i / nt, j = i % nt;
+        const float* qh = qs + h * D;
+        const float* kj = ts + j * D;
+        float s = 0.0f;
+        for (int c = lane; c < D; c += 32) s = fmaf(qh[c], kj[c], s);
+        for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) ps[h * k_tile + j] = s * p.scale;
       }
-      mrun[h] = m;
-      lrun[h] = l;
-      fac[h] = f;
+    }
+    __syncthreads();
+    // per head (one warp each, lane j = key j of the tile; nt <= 32): new max, rescale factor,
+    // probabilities
+    {
+      const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+      for (int h = threadIdx.x >> 5; h < nh; h += nwarps) {
+        const float lg = lane < nt ? ps[h * k_tile + lane] : -INFINITY;
+        float m = lg;
+        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        m = fmaxf(m, mrun[h]);
+        const float e = lane < nt ? __expf(lg - m) : 0.0f;
+        float l = e;
+        for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+        if (lane < nt) ps[h * k_tile + lane] = e;
+        __syncwarp();
+        if (lane == 0) {
+          const float f = mrun[h] == -INFINITY ? 0.0f : __expf(mrun[h] - m);
+          lrun[h] = lrun[h] * f + l;
+          mrun[h] = m;
+          fac[h] = f;
+        }
+      }
     }
     __syncthreads();
     // acc[h, c] = acc · f + Σ_j p[h, j] · tile[j, c]
@@ -96,6 +160,21 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb) {
     }
     __syncthreads();
   }
+  if (splits > 1) {
+    // partial state of this split: [R, H, splits] of (max, sum) and [R, H, splits, D] of output
+    float* ml = p.workspace;
+    float* po = p.workspace + (size_t)2 * p.R * p.H * splits;
+    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
+      const size_t at = ((size_t)r * p.H + h0 + h) * splits + split;
+      ml[2 * at] = mrun[h];
+      ml[2 * at + 1] = lrun[h];
+    }
+    for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+      const int h = i / D;
+      po[(((size_t)r * p.H + h0 + h) * splits + split) * D + (i - h * D)] = acc[i];
+    }
+    return;
+  }
   // the sink joins the denominator only
   for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
     const int h = i / D;
@@ -106,7 +185,61 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb) {
   }
 }
 
+// One block per (row, head): folds the splits' partial states and the sink (an empty split
+// has max −inf and contributes nothing).
+__global__ void sparse_attention_combine(sparse_attention_params p, int splits) {
+  const int r = blockIdx.x, h = blockIdx.y, D = p.D;
+  const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
+  const float* po = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h) * splits * D;
+  float m = p.sink[h];
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[2 * s]);
+  float den = __expf(p.sink[h] - m);
+  for (int s = 0; s < splits; ++s)
+    if (ml[2 * s] != -INFINITY) den += ml[2 * s + 1] * __expf(ml[2 * s] - m);
+  for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; ++s)
+      if (ml[2 * s] != -INFINITY) o += po[(size_t)s * D + c] * __expf(ml[2 * s] - m);
+    p.out[((size_t)r * p.H + h) * D + c] = o / den;
+  }
+}
+
+// Heads per block, splits over the keys and the workspace they need.
+struct launch_shape {
+  int hb = -1, splits = 1;
+  size_t workspace_floats = 0;
+};
+
+launch_shape shape_of(const sparse_attention_params& p) {
+  static int sms = 0;  // kept for the first device a process uses (the executor drives one)
+  if (!sms) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return {};
+  }
+  launch_shape ls;
+  auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
+  int hb = p.H;
+  while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
+  // a decode batch of a few rows: fewer heads per block, then split the keys, until the grid
+  // gives every multiprocessor ~2 blocks; each split keeps >= 2 tiles of keys (p.max_keys)
+  const int64_t want = 2 * (int64_t)sms;
+  while (hb > 1 && (int64_t)p.R * ((p.H + hb - 1) / hb) < want) hb = (hb + 1) / 2;
+  const int64_t blocks = (int64_t)p.R * ((p.H + hb - 1) / hb);
+  const int max_tiles = (p.max_keys + k_tile - 1) / k_tile;
+  int splits = 1;
+  while (blocks * splits < want && max_tiles / (splits * 2) >= 2) splits *= 2;
+  ls.hb = hb;
+  ls.splits = splits;
+  ls.workspace_floats = splits > 1 ? (size_t)p.R * p.H * splits * (2 + (size_t)p.D) : 0;
+  return ls;
+}
+
 }  // namespace
+
+size_t sparse_attention_workspace_floats(const sparse_attention_params& p) {
+  return p.R > 0 && p.H > 0 && p.D > 0 ? shape_of(p).workspace_floats : 0;
+}
 
 status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   auto bad = [](const std::string& what) {
@@ -118,18 +251,31 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   if (!p.q || !p.sink || !p.out || !p.wkeys || !p.wstart || !p.wn) return bad("a required pointer is null");
   if (p.wcap <= 0) return bad("wcap must be > 0");
   if (p.nsel && (!p.main || !p.sel || p.K <= 0)) return bad("nsel given without main/sel/K");
-  // heads per block: as many as fit in ~96 KB of shared memory with the tile
-  int hb = p.H;
+  // heads per block: as many as fit in ~96 KB of shared memory with the tile, and no more
+  // than leaves ~2 blocks per multiprocessor (each block dequantises its keys for its heads)
+  const launch_shape ls = shape_of(p);
+  if (ls.hb < 0) return bad("could not read the device's multiprocessor count");
+  const int hb = ls.hb;
   auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
-  while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
   if (bytes(hb) > 200 * 1024) return bad("head_dim " + std::to_string(p.D) + " needs too much shared memory");
   const size_t smem = bytes(hb);
-  if (smem > 48 * 1024)
+  // splits over the keys only when the caller gave a large enough workspace
+  const int splits = p.workspace && p.workspace_floats >= ls.workspace_floats ? ls.splits : 1;
+  // the opt-in above 48 KB, set once per size increase (a per-launch call costs host time);
+  // like `sms`, kept for the first device a process uses (the executor drives one device)
+  static size_t smem_optin = 48 * 1024;
+  if (smem > smem_optin) {
     CEDAR_CUDA_TRY(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                    "cuda::sparse_attention: shared memory attribute");
-  dim3 grid((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb));
-  sparse_attention_kernel<<<grid, k_threads, smem, stream>>>(p, hb);
+    smem_optin = smem;
+  }
+  dim3 grid((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)splits);
+  sparse_attention_kernel<<<grid, k_threads, smem, stream>>>(p, hb, splits);
   CEDAR_CUDA_LAUNCHED("cuda::sparse_attention");
+  if (splits > 1) {
+    sparse_attention_combine<<<dim3((unsigned)p.R, (unsigned)p.H), 128, 0, stream>>>(p, splits);
+    CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (combine)");
+  }
   return {};
 }
 

@@ -42,7 +42,16 @@ struct sparse_attention_params {
   const int* nsel = nullptr;          // [R] ids used per row (<= K)
   int K = 0;                          // row stride of sel
   float* out = nullptr;               // [R, H, D]
+  // optional split of the keys over several blocks (decode batches of few rows): max_keys
+  // bounds wn[r] + nsel[r]; a workspace of sparse_attention_workspace_floats(p) floats
+  // (device) enables it. Without one (or a smaller one) each block takes all of a row's keys.
+  int max_keys = 0;
+  float* workspace = nullptr;
+  size_t workspace_floats = 0;
 };
+
+// Workspace the split path needs for these shapes (0: no split would be used).
+size_t sparse_attention_workspace_floats(const sparse_attention_params& p);
 
 // Launches on `stream`; checks the parameters (a clear error names the bad one) and the launch.
 status sparse_attention(const sparse_attention_params& p, cudaStream_t stream);
