@@ -1,0 +1,400 @@
+// qgemv — see qgemv.cuh. Kernel template over (weight format F, weights per lane-load V,
+// activation tile MT, rows per warp group RW, warps per group WS); the host picks MT from m
+// (1, 2, 4 or 8, so m = 1 keeps one accumulator per row), V and RW from the format (one
+// 16-byte load per lane and row; RW × V bounded by registers), WS from the row count.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/qgemv.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace cedar::kernels::cuda {
+namespace {
+
+constexpr int k_warps = 4;  // warps per block
+
+__device__ __forceinline__ float ue8m0_fast(uint32_t b) {
+  return b ? __uint_as_float(b << 23) : 5.877471754e-39f;  // 2^-127 (subnormal)
+}
+
+__device__ __forceinline__ float block_scale(const qmatrix& w, int64_t trow, int64_t c) {
+  const int64_t i = (trow / w.scale_block_rows) * w.scale_cols + (c >> 5);
+  return w.scale_f32 ? __ldg(w.scale_f32 + i) : ue8m0_fast(__ldg(w.scale_e8m0 + i));
+}
+
+// Weights (row r of the view, columns c..c+V-1; c % V == 0) -> v[V] and the run's scale:
+// the true weights are v[k] · scale. One 16-byte load per lane for bf16 (V 8), fp8 (V 16) and
+// fp4 (V 32); f32 reads two (V 8); fp8 with cols % 16 != 0 reads 8 bytes (V 8). A V-run never
+// crosses a 32-column scale block, so the scale multiplies the run's partial dot product once.
+//   fp8: the hardware converts two E4M3 codes to two fp16 per instruction (exact).
+//   fp4: E2M1 codes through a 32-bit constant (e2m1_fast).
+__device__ __forceinline__ void half2_to(uint32_t h2, float& lo, float& hi) {
+  __half2_raw raw;
+  raw.x = (unsigned short)(h2 & 0xFFFFu);
+  raw.y = (unsigned short)(h2 >> 16);
+  const float2 f = __half22float2(__half2(raw));
+  lo = f.x;
+  hi = f.y;
+}
+
+__device__ __forceinline__ uint32_t e4m3x2_to_half2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+  return (uint32_t)h.x | (uint32_t)h.y << 16;
+}
+
+// E2M1 code -> value: magnitudes ×2 = {0, 1, 2, 3, 4, 6, 8, 12} packed 4 bits each in one
+// 32-bit constant. (The fp16 bit-placement trick, two nibbles -> half2, measured slower here:
+// 15.0% against 18.8% of the copy bandwidth on the 16384 × 4096 matrix.)
+__device__ __forceinline__ float e2m1_fast(uint32_t code) {
+  const uint32_t twice = (0xC8643210u >> ((code & 7u) * 4u)) & 15u;
+  const float mag = 0.5f * (float)twice;
+  return code & 8u ? -mag : mag;
+}
+
+template <weight_format F, int V>
+__device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, float v[V]) {
+  const int64_t trow = w.row0 + r;
+  if constexpr (F == weight_format::f32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + trow * w.cols + c);
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return 1.0f;
+  } else if constexpr (F == weight_format::bf16) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + trow * w.cols + c));
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      v[2 * k] = __uint_as_float(u[k] << 16);
+      v[2 * k + 1] = __uint_as_float(u[k] & 0xFFFF0000u);
+    }
+    return 1.0f;
+  } else if constexpr (F == weight_format::f8_e4m3) {
+    const uint8_t* base = static_cast<const uint8_t*>(w.data) + trow * w.cols + c;
+    const float s = block_scale(w, trow, c);
+    if constexpr (V == 16) {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(base));
+      const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        half2_to(e4m3x2_to_half2(u[k] & 0xFFFFu), v[4 * k], v[4 * k + 1]);
+        half2_to(e4m3x2_to_half2(u[k] >> 16), v[4 * k + 2], v[4 * k + 3]);
+      }
+    } else {
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(base));
+      half2_to(e4m3x2_to_half2(q.x & 0xFFFFu), v[0], v[1]);
+      half2_to(e4m3x2_to_half2(q.x >> 16), v[2], v[3]);
+      half2_to(e4m3x2_to_half2(q.y & 0xFFFFu), v[4], v[5]);
+      half2_to(e4m3x2_to_half2(q.y >> 16), v[6], v[7]);
+    }
+    return s;
+  } else {  // fp4_e2m1, V 32: 16 bytes = 32 codes, element 2i in the low nibble of byte i
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + (trow * w.cols + c) / 2));
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 32; k++) v[k] = e2m1_fast((u[k >> 3] >> (4 * (k & 7))) & 15u);
+    return block_scale(w, trow, c);
+  }
+}
+
+// Block: k_warps warps = (k_warps / WS) row groups of RW rows, WS warps per group splitting the
+// columns (WS > 1 when the matrix has too few rows to fill the GPU with one warp per group);
+// partial sums of the WS warps meet in shared memory, in a fixed order (deterministic).
+template <weight_format F, int V, int MT, int RW, int WS>
+__device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, unsigned by) {
+  __shared__ float red[k_warps][RW][MT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int grp = warp / WS, part = warp % WS;
+  const int64_t r0 = ((int64_t)bx * (k_warps / WS) + grp) * RW;
+  const int m0 = (int)by * MT;
+  const int mt = min(MT, p.m - m0);
+  float acc[RW][MT];
+#pragma unroll
+  for (int i = 0; i < RW; i++)
+#pragma unroll
+    for (int j = 0; j < MT; j++) acc[i][j] = 0.0f;
+
+  const int64_t cols = p.w.cols;
+  if (r0 < p.w.rows) {
+#pragma unroll 2
+    for (int64_t c = ((int64_t)part * 32 + lane) * V; c < cols; c += (int64_t)32 * V * WS) {
+      float wv[RW][V], ws[RW];
+#pragma unroll
+      for (int i = 0; i < RW; i++) {
+        if (r0 + i < p.w.rows) ws[i] = loadv<F, V>(p.w, r0 + i, c, wv[i]);
+        else {
+          ws[i] = 0.0f;
+#pragma unroll
+          for (int k = 0; k < V; k++) wv[i][k] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < MT; j++) {
+        if (j >= mt) break;
+        const float4* xp = reinterpret_cast<const float4*>(p.x + (int64_t)(m0 + j) * p.ldx + c);
+        float part[RW];
+#pragma unroll
+        for (int i = 0; i < RW; i++) part[i] = 0.0f;
+#pragma unroll
+        for (int q4 = 0; q4 < V / 4; q4++) {
+          const float4 a = __ldg(xp + q4);
+#pragma unroll
+          for (int i = 0; i < RW; i++) {
+            part[i] = fmaf(wv[i][4 * q4], a.x, part[i]);
+            part[i] = fmaf(wv[i][4 * q4 + 1], a.y, part[i]);
+            part[i] = fmaf(wv[i][4 * q4 + 2], a.z, part[i]);
+            part[i] = fmaf(wv[i][4 * q4 + 3], a.w, part[i]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+          if constexpr (F == weight_format::f32 || F == weight_format::bf16) acc[i][j] += part[i];
+          else acc[i][j] = fmaf(ws[i], part[i], acc[i][j]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RW; i++)
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+      float v = acc[i][j];
+#pragma unroll
+      for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (WS > 1 && lane == 0) red[warp][i][j] = v;
+      acc[i][j] = v;
+    }
+  if constexpr (WS > 1) __syncthreads();
+  if (lane != 0 || part != 0 || r0 >= p.w.rows) return;
+#pragma unroll
+  for (int i = 0; i < RW; i++)
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+      float v = acc[i][j];
+      if constexpr (WS > 1)
+#pragma unroll
+        for (int k = 1; k < WS; k++) v += red[warp + k][i][j];
+      if (j < mt && r0 + i < p.w.rows) {
+        float* yp = p.y + (int64_t)(m0 + j) * p.ldy + r0 + i;
+        *yp = p.accumulate ? *yp + v : v;
+      }
+    }
+}
+
+template <weight_format F, int V, int MT, int RW, int WS>
+__global__ void __launch_bounds__(k_warps * 32) qgemv_kernel(qgemv_params p) {
+  qgemv_body<F, V, MT, RW, WS>(p, blockIdx.x, blockIdx.y);
+}
+
+// Several independent projections in one launch: block x of item i is blockIdx.x − start[i].
+struct qgemv_group {
+  int n = 0;
+  qgemv_params item[k_qgemv_group_max];
+  unsigned start[k_qgemv_group_max + 1] = {};
+};
+
+template <weight_format F, int V, int MT, int RW, int WS>
+__global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g) {
+  int i = 0;
+  while (i + 1 < g.n && blockIdx.x >= g.start[i + 1]) ++i;
+  if (blockIdx.y * MT >= (unsigned)g.item[i].m) return;
+  qgemv_body<F, V, MT, RW, WS>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
+}
+
+int g_sms = 0;  // multiprocessors of the current device (read once)
+
+template <weight_format F, int V, int RW, int WS>
+status launch_ws(const qgemv_params& p, cudaStream_t s) {
+  const int64_t groups = (p.w.rows + RW - 1) / RW;
+  constexpr int gpb = k_warps / WS;  // row groups per block
+  const int mt = p.m >= 8 ? 8 : p.m >= 4 ? 4 : p.m >= 2 ? 2 : 1;
+  const dim3 grid((unsigned)((groups + gpb - 1) / gpb), (unsigned)((p.m + mt - 1) / mt));
+  switch (mt) {
+    case 1: qgemv_kernel<F, V, 1, RW, WS><<<grid, k_warps * 32, 0, s>>>(p); break;
+    case 2: qgemv_kernel<F, V, 2, RW, WS><<<grid, k_warps * 32, 0, s>>>(p); break;
+    case 4: qgemv_kernel<F, V, 4, RW, WS><<<grid, k_warps * 32, 0, s>>>(p); break;
+    default: qgemv_kernel<F, V, 8, RW, WS><<<grid, k_warps * 32, 0, s>>>(p); break;
+  }
+  CEDAR_CUDA_LAUNCHED("qgemv");
+  return {};
+}
+
+// Warps per row group: split the columns 4 ways when one warp per group would leave fewer
+// than ~8 warps per multiprocessor (and the row is long enough to split).
+template <weight_format F, int V, int RW>
+status launch_rw(const qgemv_params& p, cudaStream_t s) {
+  if (!g_sms) {
+    int dev = 0;
+    CEDAR_CUDA_TRY(cudaGetDevice(&dev), "qgemv: device");
+    CEDAR_CUDA_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), "qgemv: device attribute");
+  }
+  const int64_t groups = (p.w.rows + RW - 1) / RW;
+  if (groups < (int64_t)g_sms * 8 && p.w.cols >= (int64_t)32 * V * 4) return launch_ws<F, V, RW, 4>(p, s);
+  return launch_ws<F, V, RW, 1>(p, s);
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+namespace {
+
+status check_params(const qgemv_params& p) {
+  const qmatrix& w = p.w;
+  auto bad = [](const std::string& what) { return make_error(errc::invalid_argument, "qgemv: " + what); };
+  if (p.m <= 0) return bad("m must be positive (got " + std::to_string(p.m) + ")");
+  if (w.rows <= 0 || w.cols <= 0 || !w.data) return bad("empty weight matrix");
+  if (w.cols % 8 != 0) return bad("cols must be a multiple of 8 (got " + std::to_string(w.cols) + ")");
+  if (!p.x || !p.y) return bad("null x or y");
+  if (p.ldx < w.cols || p.ldx % 4 != 0 || !aligned16(p.x))
+    return bad("x must be 16-byte aligned with ldx >= cols and ldx % 4 == 0 (ldx " + std::to_string(p.ldx) + ")");
+  if (p.ldy < w.rows) return bad("ldy < rows");
+  const bool scaled = w.format == weight_format::f8_e4m3 || w.format == weight_format::fp4_e2m1;
+  if (scaled && !w.scale_e8m0 && !w.scale_f32)
+    return bad(std::string(w.format == weight_format::f8_e4m3 ? "f8_e4m3" : "fp4_e2m1") + " weight without scales");
+  if (scaled && (w.scale_block_rows <= 0 || w.scale_cols < (w.cols + 31) / 32)) return bad("bad scale layout");
+  if ((w.format == weight_format::f32 || w.format == weight_format::bf16) && !aligned16(w.data))
+    return bad("weight data must be 16-byte aligned");
+  if (w.format != weight_format::f32 && w.format != weight_format::bf16 && !scaled) return bad("unknown weight format");
+  return {};
+}
+
+// Launch classes: one kernel instantiation (format, weights per load V, rows per group RW).
+// fp8 / fp4: 16 / 32 weights per row and load, two rows per group (one row per group measured
+// slower at m = 8 on the H200: 5.7% against 9.4% of the copy bandwidth for fp8).
+enum class launch_class { f32, bf16, f8_v16, f8_v8, fp4 };
+launch_class class_of(const qmatrix& w) {
+  switch (w.format) {
+    case weight_format::f32: return launch_class::f32;
+    case weight_format::bf16: return launch_class::bf16;
+    case weight_format::f8_e4m3: return w.cols % 16 == 0 ? launch_class::f8_v16 : launch_class::f8_v8;
+    default: return launch_class::fp4;
+  }
+}
+
+template <weight_format F, int V, int RW>
+status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
+  if (!g_sms) {
+    int dev = 0;
+    CEDAR_CUDA_TRY(cudaGetDevice(&dev), "qgemv: device");
+    CEDAR_CUDA_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), "qgemv: device attribute");
+  }
+  int64_t groups = 0, min_cols = INT64_MAX;
+  for (int i = 0; i < n; ++i) {
+    groups += (items[i].w.rows + RW - 1) / RW;
+    min_cols = std::min<int64_t>(min_cols, items[i].w.cols);
+  }
+  const bool split = groups < (int64_t)g_sms * 8 && min_cols >= (int64_t)32 * V * 4;
+  const int gpb = split ? k_warps / 4 : k_warps;
+  qgemv_group g;
+  g.n = n;
+  unsigned blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    g.item[i] = items[i];
+    g.start[i] = blocks;
+    blocks += (unsigned)(((items[i].w.rows + RW - 1) / RW + gpb - 1) / gpb);
+  }
+  g.start[n] = blocks;
+  const int m = items[0].m;
+  const int mt = m >= 8 ? 8 : m >= 4 ? 4 : m >= 2 ? 2 : 1;
+  const dim3 grid(blocks, (unsigned)((m + mt - 1) / mt));
+#define CEDAR_QGEMV_GROUP(MT)                                                                   \
+  (split ? qgemv_group_kernel<F, V, MT, RW, 4><<<grid, k_warps * 32, 0, s>>>(g)                 \
+         : qgemv_group_kernel<F, V, MT, RW, 1><<<grid, k_warps * 32, 0, s>>>(g))
+  switch (mt) {
+    case 1: CEDAR_QGEMV_GROUP(1); break;
+    case 2: CEDAR_QGEMV_GROUP(2); break;
+    case 4: CEDAR_QGEMV_GROUP(4); break;
+    default: CEDAR_QGEMV_GROUP(8); break;
+  }
+#undef CEDAR_QGEMV_GROUP
+  CEDAR_CUDA_LAUNCHED("qgemv (grouped)");
+  return {};
+}
+
+status launch_class_group(launch_class c, const qgemv_params* items, int n, cudaStream_t s) {
+  switch (c) {
+    case launch_class::f32: return launch_group<weight_format::f32, 8, 1>(items, n, s);
+    case launch_class::bf16: return launch_group<weight_format::bf16, 8, 2>(items, n, s);
+    case launch_class::f8_v16: return launch_group<weight_format::f8_e4m3, 16, 2>(items, n, s);
+    case launch_class::f8_v8: return launch_group<weight_format::f8_e4m3, 8, 4>(items, n, s);
+    default: return launch_group<weight_format::fp4_e2m1, 32, 2>(items, n, s);
+  }
+}
+
+}  // namespace
+
+status qgemv(const qgemv_params& p, cudaStream_t stream) {
+  if (auto st = check_params(p); !st.ok()) return st;
+  switch (class_of(p.w)) {
+    case launch_class::f32: return launch_rw<weight_format::f32, 8, 1>(p, stream);
+    case launch_class::bf16: return launch_rw<weight_format::bf16, 8, 2>(p, stream);
+    case launch_class::f8_v16: return launch_rw<weight_format::f8_e4m3, 16, 2>(p, stream);
+    case launch_class::f8_v8: return launch_rw<weight_format::f8_e4m3, 8, 4>(p, stream);
+    default: return launch_rw<weight_format::fp4_e2m1, 32, 2>(p, stream);
+  }
+}
+
+status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && !items)) return make_error(errc::invalid_argument, "qgemv_grouped: bad item list");
+  for (int i = 0; i < n; ++i) {
+    if (auto st = check_params(items[i]); !st.ok())
+      return make_error(errc::invalid_argument, "qgemv_grouped: item " + std::to_string(i) + ": " + st.err().message);
+    if (items[i].m != items[0].m)
+      return make_error(errc::invalid_argument, "qgemv_grouped: item " + std::to_string(i) + " has m " +
+                                                    std::to_string(items[i].m) + ", item 0 has " + std::to_string(items[0].m));
+  }
+  // one launch per class, in chunks of k_qgemv_group_max, items in their given order
+  qgemv_params chunk[k_qgemv_group_max];
+  for (int c = 0; c <= (int)launch_class::fp4; ++c) {
+    int k = 0;
+    for (int i = 0; i < n; ++i) {
+      if ((int)class_of(items[i].w) != c) continue;
+      chunk[k++] = items[i];
+      if (k == k_qgemv_group_max) {
+        if (auto st = launch_class_group((launch_class)c, chunk, k, stream); !st.ok()) return st;
+        k = 0;
+      }
+    }
+    if (k > 0)
+      if (auto st = launch_class_group((launch_class)c, chunk, k, stream); !st.ok()) return st;
+  }
+  return {};
+}
+
+namespace {
+
+__global__ void rms_norm_kernel(const float* x, const float* weight, float* y, int n, float eps) {
+  __shared__ float part[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * n;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+    for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(part[0] / (float)n + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[row * n + i] = xr[i] * inv * weight[i];
+}
+
+}  // namespace
+
+status rms_norm(const float* x, const float* weight, float* y, int m, int n, float eps, cudaStream_t stream) {
+  if (m <= 0 || n <= 0 || !x || !weight || !y)
+    return make_error(errc::invalid_argument, "rms_norm: empty shape or null pointer (m " + std::to_string(m) +
+                                                  ", n " + std::to_string(n) + ")");
+  rms_norm_kernel<<<m, 256, 0, stream>>>(x, weight, y, n, eps);
+  CEDAR_CUDA_LAUNCHED("rms_norm");
+  return {};
+}
+
+}  // namespace cedar::kernels::cuda

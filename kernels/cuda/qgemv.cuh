@@ -1,0 +1,58 @@
+// qgemv — the decode projections on the GPU: y[m, rows] = x[m, cols] · Wᵀ (+ y) for a few
+// activation rows (m ≤ 64: one new token per sequence of a decode batch), with W kept in its
+// checkpoint format and dequantised in registers (MODEL_SPEC §5 "Quantisation"). At batch 1
+// this is a pure stream over the weight bytes, so its figure of merit is the fraction of the
+// device's copy bandwidth it reaches (bench/bench_cuda.cpp prints it).
+//
+// W is described by kernels::qmatrix (kernels/cpu/qmatmul.hpp) whose data / scale pointers
+// point into DEVICE memory; the formats and the block-scale indexing are the CPU path's:
+//   f32 · bf16 · f8_e4m3 (+ UE8M0 or fp32 scale per scale_block_rows × 32) · fp4_e2m1 (+ per
+//   1 × 32), a view's row0 offsets rows inside the tensor (block indexing stays global).
+// The CPU qgemm_nt is the reference (tests/cuda compare with a double-accumulating oracle);
+// the order of the fp32 sums differs.
+//
+// Schedule: a group of WS warps owns RW consecutive output rows (RW 1-2); each lane reads one
+// 16-byte run of a row per step (8 bf16, 16 fp8 or 32 fp4 weights; f32 two) and dequantises
+// it in registers, and each activation read serves all RW rows. WS = 4 warps split a row's
+// columns (partials summed in shared memory, fixed order) when the matrix has too few rows to
+// give every multiprocessor ~8 warps. Activation rows are taken 8 at a time (grid.y); m > 8
+// re-reads the weights once per tile — batch-64 decode belongs to a tensor-core GEMM, not here.
+// Requirements (checked, clear error): cols % 8 == 0, 16-byte-aligned rows for bf16/f32
+// (cols % 8 == 0 gives it for aligned bases), ldx ≥ cols, ldy ≥ rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/base/result.hpp"
+#include "kernels/cpu/qmatmul.hpp"
+
+namespace cedar::kernels::cuda {
+
+struct qgemv_params {
+  qmatrix w;                 // [rows, cols], device pointers
+  int m = 0;                 // activation rows, 1..any (tiled by k_m_tile)
+  const float* x = nullptr;  // [m, ldx] fp32, device
+  int ldx = 0;
+  float* y = nullptr;        // [m, ldy] fp32, device
+  int ldy = 0;
+  bool accumulate = false;   // y += x·Wᵀ instead of y = x·Wᵀ
+};
+
+constexpr int k_qgemv_m_tile = 8;
+
+status qgemv(const qgemv_params& p, cudaStream_t stream);
+
+// Several independent projections with the same m (e.g. every matrix that reads the same
+// normalised hidden state: q_a, kv, compressor, index keys; or a token's experts) in one launch
+// per weight class (format and load width) instead of one per matrix — at decode sizes a launch
+// costs as much as moving a few MB, so fewer launches is most of the speed. Same results as
+// one qgemv per item (same kernel body, same sums). Items must not write overlapping outputs.
+constexpr int k_qgemv_group_max = 16;
+status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream);
+
+// y[m, n] = x[m, n] · rsqrt(mean(x²) + eps) · weight[n] (MODEL_SPEC §1 RMSNorm), fp32, one
+// block per row. x and y may alias.
+status rms_norm(const float* x, const float* weight, float* y, int m, int n, float eps,
+                cudaStream_t stream);
+
+}  // namespace cedar::kernels::cuda

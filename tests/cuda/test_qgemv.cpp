@@ -1,0 +1,346 @@
+// qgemv and rms_norm (kernels/cuda/qgemv.cuh) against CPU oracles: weights quantised here with
+// the scalar codecs of kernels/cpu/quant.hpp (bf16, E4M3 + UE8M0 per 32×32 or 1×32 block,
+// E2M1 + UE8M0 per 1×32), dequantised element by element and accumulated in double. Grid of
+// shapes (ragged rows, cols not a multiple of 256, row-offset views), m from 1 to 64, y
+// poisoned with NaN before each launch; tolerance relative to Σ|w·x| of each output.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/quant.hpp"
+#include "kernels/cuda/qgemv.cuh"
+
+namespace kc = cedar::kernels;
+namespace cu = cedar::kernels::cuda;
+
+namespace {
+
+template <class T>
+struct dbuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit dbuf(const std::vector<T>& v) : n(v.size()) {
+    cudaMalloc(&p, sizeof(T) * (n ? n : 1));
+    cudaMemcpy(p, v.data(), sizeof(T) * n, cudaMemcpyHostToDevice);
+  }
+  ~dbuf() { cudaFree(p); }
+  dbuf(const dbuf&) = delete;
+  dbuf& operator=(const dbuf&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// A quantised weight tensor in host memory + the fp32 values it decodes to (the oracle's W).
+struct host_weight {
+  kc::weight_format fmt;
+  int64_t rows, cols;
+  int block_rows = 1;
+  std::vector<uint8_t> data;    // stored bytes
+  std::vector<uint8_t> scales;  // UE8M0, [ceil(rows/block_rows), ceil(cols/32)]
+  std::vector<float> value;     // decoded [rows, cols]
+};
+
+uint8_t pow2_scale(float amax, float top) {
+  // 2^ceil(log2(amax / top)), the weight encoders' rule (qmatmul.hpp), clamped to UE8M0's range
+  const float s = std::exp2(std::ceil(std::log2(std::max(amax, 1e-30f) / top)));
+  return kc::ue8m0_encode_pow2(std::min(std::max(s, std::ldexp(1.0f, -127)), std::ldexp(1.0f, 127)));
+}
+
+host_weight make_weight(std::mt19937& g, kc::weight_format fmt, int64_t rows, int64_t cols, int block_rows) {
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> w((size_t)(rows * cols));
+  for (auto& v : w) v = nd(g);
+  host_weight h{fmt, rows, cols, block_rows, {}, {}, std::vector<float>(w.size())};
+  const int64_t sc = (cols + 31) / 32, sr = (rows + block_rows - 1) / block_rows;
+  switch (fmt) {
+    case kc::weight_format::f32:
+      h.data.resize(w.size() * 4);
+      std::memcpy(h.data.data(), w.data(), h.data.size());
+      h.value = w;
+      break;
+    case kc::weight_format::bf16: {
+      h.data.resize(w.size() * 2);
+      auto* d = reinterpret_cast<uint16_t*>(h.data.data());
+      for (size_t i = 0; i < w.size(); ++i) h.value[i] = kc::bf16_to_f32(d[i] = kc::f32_to_bf16(w[i]));
+      break;
+    }
+    case kc::weight_format::f8_e4m3:
+    case kc::weight_format::fp4_e2m1: {
+      const bool fp4 = fmt == kc::weight_format::fp4_e2m1;
+      h.scales.assign((size_t)(sr * sc), 0);
+      for (int64_t br = 0; br < sr; ++br)
+        for (int64_t bc = 0; bc < sc; ++bc) {
+          float amax = 0;
+          for (int64_t r = br * block_rows; r < std::min(rows, (br + 1) * block_rows); ++r)
+            for (int64_t c = bc * 32; c < std::min(cols, (bc + 1) * 32); ++c)
+              amax = std::max(amax, std::fabs(w[(size_t)(r * cols + c)]));
+          h.scales[(size_t)(br * sc + bc)] = pow2_scale(amax, fp4 ? 6.0f : 448.0f);
+        }
+      h.data.assign(fp4 ? w.size() / 2 : w.size(), 0);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = (size_t)(r * cols + c);
+          const float s = kc::ue8m0_decode(h.scales[(size_t)((r / block_rows) * sc + c / 32)]);
+          if (fp4) {
+            const uint8_t code = kc::e2m1_encode(w[i] / s);
+            h.data[i / 2] |= (uint8_t)(i % 2 ? code << 4 : code);
+            h.value[i] = kc::e2m1_decode(code) * s;
+          } else {
+            h.data[i] = kc::e4m3_encode(w[i] / s);
+            h.value[i] = kc::e4m3_decode(h.data[i]) * s;
+          }
+        }
+      break;
+    }
+  }
+  return h;
+}
+
+struct qgemv_case {
+  kc::weight_format fmt;
+  int64_t rows, cols;
+  int block_rows;
+  int64_t view_row0, view_rows;  // the view multiplied (a slice of the tensor)
+  int m;
+  bool accumulate;
+};
+
+std::string case_name(const ::testing::TestParamInfo<qgemv_case>& i) {
+  const auto& c = i.param;
+  const char* f = c.fmt == kc::weight_format::f32 ? "f32" : c.fmt == kc::weight_format::bf16 ? "bf16"
+                  : c.fmt == kc::weight_format::f8_e4m3 ? "f8" : "fp4";
+  return std::string(f) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_b" +
+         std::to_string(c.block_rows) + "_v" + std::to_string(c.view_row0) + "_m" + std::to_string(c.m) +
+         (c.accumulate ? "_acc" : "");
+}
+
+class cuda_qgemv : public ::testing::TestWithParam<qgemv_case> {};
+
+TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
+  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  const qgemv_case c = GetParam();
+  std::mt19937 g((unsigned)(c.rows * 31 + c.cols * 7 + c.m + (int)c.fmt * 1000 + c.view_row0));
+  const host_weight hw = make_weight(g, c.fmt, c.rows, c.cols, c.block_rows);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int ldx = (int)((c.cols + 3) / 4 * 4) + 4, ldy = (int)c.view_rows + 3;
+  std::vector<float> x((size_t)c.m * ldx), y0((size_t)c.m * ldy);
+  for (auto& v : x) v = nd(g);
+  for (auto& v : y0) v = nd(g);
+
+  dbuf<uint8_t> d_data(hw.data), d_scales(hw.scales.empty() ? std::vector<uint8_t>(1) : hw.scales);
+  dbuf<float> d_x(x), d_y(c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")));
+  cu::qgemv_params p;
+  p.w.format = c.fmt;
+  p.w.rows = c.view_rows;
+  p.w.cols = c.cols;
+  p.w.data = d_data.p;
+  p.w.row0 = c.view_row0;
+  p.w.scale_e8m0 = hw.scales.empty() ? nullptr : d_scales.p;
+  p.w.scale_block_rows = c.block_rows;
+  p.w.scale_cols = (c.cols + 31) / 32;
+  p.m = c.m;
+  p.x = d_x.p;
+  p.ldx = ldx;
+  p.y = d_y.p;
+  p.ldy = ldy;
+  p.accumulate = c.accumulate;
+  const auto st = cu::qgemv(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto y = d_y.get();
+
+  double worst = 0;
+  for (int i = 0; i < c.m; ++i)
+    for (int64_t r = 0; r < c.view_rows; ++r) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const double t = (double)hw.value[(size_t)((c.view_row0 + r) * c.cols + k)] * x[(size_t)i * ldx + k];
+        s += t;
+        mag += std::fabs(t);
+      }
+      if (c.accumulate) s += y0[(size_t)i * ldy + r], mag += std::fabs(y0[(size_t)i * ldy + r]);
+      const double got = y[(size_t)i * ldy + r];
+      ASSERT_TRUE(std::isfinite(got)) << "row " << r << " of x row " << i << " not written";
+      const double err = std::fabs(got - s) / (mag + 1e-30);
+      worst = std::max(worst, err);
+      ASSERT_LE(err, 2e-6) << "x row " << i << ", output " << r << ": got " << got << ", want " << s;
+    }
+  // outputs past the view's rows (ldy padding) are never written
+  for (int i = 0; i < c.m; ++i)
+    for (int64_t r = c.view_rows; r < ldy; ++r) {
+      const float got = y[(size_t)i * ldy + r];
+      if (c.accumulate) EXPECT_EQ(got, y0[(size_t)i * ldy + r]);
+      else EXPECT_TRUE(std::isnan(got));
+    }
+  std::printf("%s: worst error / sum|w x| %.2e\n", case_name({c, 0}).c_str(), worst);
+}
+
+using F = kc::weight_format;
+INSTANTIATE_TEST_SUITE_P(
+    grid, cuda_qgemv,
+    ::testing::Values(
+        qgemv_case{F::f32, 37, 264, 1, 0, 37, 1, false}, qgemv_case{F::f32, 512, 1024, 1, 0, 512, 8, false},
+        qgemv_case{F::bf16, 1, 8, 1, 0, 1, 1, false}, qgemv_case{F::bf16, 37, 264, 1, 0, 37, 3, false},
+        qgemv_case{F::bf16, 1027, 2048, 1, 0, 1027, 1, false}, qgemv_case{F::bf16, 300, 520, 1, 11, 200, 13, true},
+        qgemv_case{F::bf16, 256, 768, 1, 0, 256, 64, false},
+        qgemv_case{F::f8_e4m3, 64, 256, 32, 0, 64, 1, false}, qgemv_case{F::f8_e4m3, 100, 520, 32, 37, 50, 5, false},
+        qgemv_case{F::f8_e4m3, 1030, 2048, 32, 0, 1030, 8, true}, qgemv_case{F::f8_e4m3, 96, 96, 1, 0, 96, 64, false},
+        qgemv_case{F::fp4_e2m1, 64, 256, 1, 0, 64, 1, false}, qgemv_case{F::fp4_e2m1, 333, 544, 1, 5, 300, 2, false},
+        qgemv_case{F::fp4_e2m1, 1024, 2048, 1, 0, 1024, 9, true}, qgemv_case{F::fp4_e2m1, 40, 64, 1, 0, 40, 64, false}),
+    case_name);
+
+TEST(cuda_qgemv_errors, bad_shapes_are_named) {
+  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  std::vector<float> host(64, 1.0f);
+  dbuf<float> d(host);
+  cu::qgemv_params p;
+  p.w.format = kc::weight_format::bf16;
+  p.w.rows = 2;
+  p.w.cols = 12;  // not a multiple of 8
+  p.w.data = d.p;
+  p.m = 1;
+  p.x = d.p;
+  p.ldx = 12;
+  p.y = d.p;
+  p.ldy = 2;
+  auto st = cu::qgemv(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("multiple of 8"), std::string::npos) << st.err().message;
+  p.w.cols = 8;
+  p.w.format = kc::weight_format::f8_e4m3;
+  st = cu::qgemv(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("without scales"), std::string::npos) << st.err().message;
+  p.m = 0;
+  st = cu::qgemv(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("m must be positive"), std::string::npos);
+}
+
+TEST(cuda_rms_norm, matches_the_cpu_definition) {
+  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  std::mt19937 g(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int n : {8, 256, 1000, 7168}) {
+    const int m = 5;
+    std::vector<float> x((size_t)m * n), w((size_t)n);
+    for (auto& v : x) v = nd(g);
+    for (auto& v : w) v = nd(g);
+    dbuf<float> dx(x), dw(w), dy(std::vector<float>(x.size(), std::nanf("")));
+    ASSERT_TRUE(cu::rms_norm(dx.p, dw.p, dy.p, m, n, 1e-6f, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = dy.get();
+    for (int i = 0; i < m; ++i) {
+      double ss = 0;
+      for (int k = 0; k < n; ++k) ss += (double)x[(size_t)i * n + k] * x[(size_t)i * n + k];
+      const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+      for (int k = 0; k < n; ++k) {
+        const double want = x[(size_t)i * n + k] * inv * w[(size_t)k];
+        ASSERT_NEAR(y[(size_t)i * n + k], want, 1e-5 * (std::fabs(want) + 1e-3)) << "n " << n << " row " << i << " col " << k;
+      }
+    }
+  }
+}
+
+// qgemv_grouped: 21 independent projections of mixed formats (bf16, fp8 with 16- and 8-wide
+// loads, fp4, f32) and one m in a few launches (chunks of 16 per class); each output against
+// the oracle, outputs of other items untouched.
+TEST(cuda_qgemv_grouped, mixed_formats_match_the_oracle) {
+  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  for (int m : {1, 5}) {
+    std::mt19937 g(4242u + (unsigned)m);
+    struct spec {
+      kc::weight_format f;
+      int64_t rows, cols;
+      int br;
+    };
+    std::vector<spec> specs = {{F::bf16, 300, 512, 1}, {F::f8_e4m3, 200, 1024, 32}, {F::f8_e4m3, 64, 520, 32},
+                               {F::fp4_e2m1, 128, 2048, 1}, {F::f32, 40, 264, 1}};
+    for (int i = 0; i < 16; ++i) specs.push_back({F::bf16, 8 + 8 * i, 256, 1});  // 17 bf16: two chunks
+    std::vector<host_weight> hw;
+    std::vector<std::unique_ptr<dbuf<uint8_t>>> dd, ds;
+    std::vector<std::unique_ptr<dbuf<float>>> dx, dy;
+    std::vector<std::vector<float>> xs;
+    std::vector<cu::qgemv_params> items;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (const auto& sp : specs) {
+      hw.push_back(make_weight(g, sp.f, sp.rows, sp.cols, sp.br));
+      dd.push_back(std::make_unique<dbuf<uint8_t>>(hw.back().data));
+      ds.push_back(std::make_unique<dbuf<uint8_t>>(hw.back().scales.empty() ? std::vector<uint8_t>(1) : hw.back().scales));
+      std::vector<float> x((size_t)m * sp.cols);
+      for (auto& v : x) v = nd(g);
+      xs.push_back(x);
+      dx.push_back(std::make_unique<dbuf<float>>(x));
+      dy.push_back(std::make_unique<dbuf<float>>(std::vector<float>((size_t)m * sp.rows, std::nanf(""))));
+      cu::qgemv_params p;
+      p.w.format = sp.f;
+      p.w.rows = sp.rows;
+      p.w.cols = sp.cols;
+      p.w.data = dd.back()->p;
+      p.w.scale_e8m0 = hw.back().scales.empty() ? nullptr : ds.back()->p;
+      p.w.scale_block_rows = sp.br;
+      p.w.scale_cols = (sp.cols + 31) / 32;
+      p.m = m;
+      p.x = dx.back()->p;
+      p.ldx = (int)sp.cols;
+      p.y = dy.back()->p;
+      p.ldy = (int)sp.rows;
+      items.push_back(p);
+    }
+    const auto st = cu::qgemv_grouped(items.data(), (int)items.size(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (size_t it = 0; it < specs.size(); ++it) {
+      const auto y = dy[it]->get();
+      for (int i = 0; i < m; ++i)
+        for (int64_t r = 0; r < specs[it].rows; ++r) {
+          double sum = 0, mag = 0;
+          for (int64_t k = 0; k < specs[it].cols; ++k) {
+            const double t = (double)hw[it].value[(size_t)(r * specs[it].cols + k)] * xs[it][(size_t)(i * specs[it].cols + k)];
+            sum += t;
+            mag += std::fabs(t);
+          }
+          const double got = y[(size_t)(i * specs[it].rows + r)];
+          ASSERT_TRUE(std::isfinite(got)) << "item " << it << " row " << r << " not written";
+          ASSERT_LE(std::fabs(got - sum), 2e-6 * (mag + 1e-30)) << "item " << it << " m " << m << " row " << r;
+        }
+    }
+  }
+  // a mismatched m is named
+  cu::qgemv_params a, b;
+  std::vector<float> host(64, 1.0f);
+  dbuf<float> d(host);
+  a.w.format = b.w.format = kc::weight_format::bf16;
+  a.w.rows = b.w.rows = 2;
+  a.w.cols = b.w.cols = 8;
+  a.w.data = b.w.data = d.p;
+  a.x = b.x = d.p;
+  a.y = b.y = d.p;
+  a.ldx = b.ldx = 8;
+  a.ldy = b.ldy = 2;
+  a.m = 1;
+  b.m = 2;
+  const cu::qgemv_params ab[2] = {a, b};
+  const auto st = cu::qgemv_grouped(ab, 2, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("item 1 has m 2"), std::string::npos) << st.err().message;
+}
+
+}  // namespace
