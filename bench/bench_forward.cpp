@@ -5,13 +5,18 @@
 //   with the quality figure that must accompany a speed figure: the last-row logits'
 //   rel = max|ced − full| / max|full| and whether the argmax agrees;
 //   decode tok/s (aggregate over the batch) at batch 1 / 8 / 32 and context 1K / 8K;
-//   the same for the real tiny fixture model when its files are reachable.
+//   the same for the real tiny fixture model when its files are reachable;
+//   the same random weights written as a BF16 and as an FP8/FP4 checkpoint (MODEL_SPEC §5),
+//   memory-mapped and dequantised on the fly (engine.hpp): weight bytes owned / mapped / RSS
+//   growth at load, prefill 1K, decode 1K/8K and, once, decode at 32K context (BF16).
 // Models: "rand100m" — random weights for a ~100M-parameter config built in-process (12
-// layers with every CSA2 mode, like the fixture, at d 512); "tiny-A" — the fixture.
+// layers with every CSA2 mode, like the fixture, at d 512), fp32 in memory: the baseline;
+// "rand100m-bf16" / "rand100m-fp8" — the same weights as checkpoints (see above);
+// "tiny-A" — the fixture. --models picks a subset.
 // Medians of `reps` repetitions (≥ 5 where the run is short). Progress goes to stderr.
 // The last line is the CED / full-stack prefill time ratio at the longest prompt.
 //
-// Usage: bench_forward [--quick] [--fixture DIR]
+// Usage: bench_forward [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -146,19 +151,43 @@ void bench_decode(const std::string& name, const cm::engine& e, const std::vecto
   }
 }
 
+long rss_kb() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (!std::strncmp(line, "VmRSS:", 6)) kb = std::atol(line + 6);
+  std::fclose(f);
+  return kb;
+}
+
+// Weight memory: bytes the engine owns, bytes it maps from the checkpoint, the fp32 size of
+// the same parameters, and the process RSS growth over the load.
+void memory_figures(const std::string& name, const cm::engine& e, long rss_before_kb) {
+  csv(name, "weights_owned_bytes", (double)e.owned_bytes(), "B");
+  csv(name, "weights_mapped_bytes", (double)e.mapped_bytes(), "B");
+  csv(name, "weights_fp32_bytes", 4.0 * (double)e.n_params(), "B");
+  csv(name, "rss_growth_at_load", 1024.0 * (double)(rss_kb() - rss_before_kb), "B");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
   std::string fixture = "tests/fixtures/deepseek-v41-tiny-A";
+  std::string models = "tiny-A,rand100m,rand100m-bf16,rand100m-fp8";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--fixture") && i + 1 < argc) fixture = argv[++i];
+    else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fixture DIR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8]\n",
+                   argv[0]);
       return 2;
     }
   }
+  auto wanted = [&](const std::string& m) { return ("," + models + ",").find("," + m + ",") != std::string::npos; };
   g_commit = shell_line("git rev-parse --short HEAD 2>/dev/null");
   if (g_commit.empty()) g_commit = "unknown";
   char host[128] = {0};
@@ -169,7 +198,7 @@ int main(int argc, char** argv) {
 
   // --- the tiny fixture model (when reachable from the working directory) ---
   auto fc = cm::load_model_config(fixture + "/config.json");
-  if (fc.ok()) {
+  if (fc.ok() && wanted("tiny-A")) {
     cm::engine_options o;
     auto tm = cm::load_token_map_npy(fixture + "/engram/token_map.npy");
     if (tm.ok()) o.engram_token_map = *tm;
@@ -181,7 +210,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "[tiny-A] skipped: %s\n", fe.err().message.c_str());
     }
-  } else {
+  } else if (!fc.ok()) {
     std::fprintf(stderr, "[tiny-A] skipped (run from the repository root or pass --fixture): %s\n",
                  fc.err().message.c_str());
   }
@@ -192,18 +221,52 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "config: %s\n", st.err().message.c_str());
     return 1;
   }
-  const auto t0 = clk::now();
-  auto e = cm::engine::random(c, 1234);
-  if (!e.ok()) {
-    std::fprintf(stderr, "engine: %s\n", e.err().message.c_str());
-    return 1;
+  double ratio = 0;
+  if (wanted("rand100m")) {
+    const long rss_before = rss_kb();
+    const auto t0 = clk::now();
+    auto e = cm::engine::random(c, 1234);
+    if (!e.ok()) {
+      std::fprintf(stderr, "engine: %s\n", e.err().message.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "[rand100m] %lld params, built in %.1fs\n", (long long)e->n_params(),
+                 std::chrono::duration<double>(clk::now() - t0).count());
+    csv("rand100m", "params", (double)e->n_params(), "count");
+    memory_figures("rand100m", *e, rss_before);
+    ratio = quick ? bench_prefill("rand100m", *e, {1024}, 3) : bench_prefill("rand100m", *e, {1024, 4096}, 5);
+    bench_decode("rand100m", *e, quick ? std::vector<int>{1024} : std::vector<int>{1024, 8192}, {1, 8, 32},
+                 quick ? 3 : 8);
+  }  // the fp32 weights are freed before the next models
+
+  // --- the same weights stored BF16 / FP8+FP4, memory-mapped, dequantised on the fly ---
+  for (const auto& [tag, layout] : {std::pair{"rand100m-bf16", cm::storage_layout::bf16},
+                                    std::pair{"rand100m-fp8", cm::storage_layout::fp8}}) {
+    if (!wanted(tag)) continue;
+    const std::string path = "/tmp/cedar_bench_forward_" + std::to_string(getpid()) + "_" + tag + ".safetensors";
+    if (auto st = cm::write_random_checkpoint(c, 1234, layout, path); !st.ok()) {
+      std::fprintf(stderr, "[%s] write: %s\n", tag, st.err().message.c_str());
+      return 1;
+    }
+    const long rss0 = rss_kb();
+    cm::engine_options o;
+    o.engram_token_map.resize((size_t)c.vocab_size);
+    for (int64_t i = 0; i < c.vocab_size; ++i) o.engram_token_map[(size_t)i] = i % c.engram_compressed_vocab_size;
+    auto q = cm::engine::load(c, path, o);
+    std::remove(path.c_str());  // the mapping keeps the data alive
+    if (!q.ok()) {
+      std::fprintf(stderr, "[%s] load: %s\n", tag, q.err().message.c_str());
+      return 1;
+    }
+    memory_figures(tag, *q, rss0);
+    const bool bf16 = layout == cm::storage_layout::bf16;
+    if (bf16 || !quick) bench_prefill(tag, *q, {1024}, quick ? 3 : 5);
+    std::vector<int> ctxs = {1024};
+    if (bf16 && !quick) ctxs = {1024, 8192};
+    bench_decode(tag, *q, ctxs, {1, 8, 32}, quick ? 3 : 8);
+    // Decode at 32K context (issue #3): batch 1 and 8, once, on the bf16 engine.
+    if (bf16 && !quick) bench_decode(tag, *q, {32768}, {1, 8}, 5);
   }
-  std::fprintf(stderr, "[rand100m] %lld params, built in %.1fs\n", (long long)e->n_params(),
-               std::chrono::duration<double>(clk::now() - t0).count());
-  csv("rand100m", "params", (double)e->n_params(), "count");
-  const double ratio = quick ? bench_prefill("rand100m", *e, {1024}, 3) : bench_prefill("rand100m", *e, {1024, 4096}, 5);
-  bench_decode("rand100m", *e, quick ? std::vector<int>{1024} : std::vector<int>{1024, 8192}, {1, 8, 32},
-               quick ? 3 : 8);
   std::printf("ced_over_full_prefill_time_ratio,%.4f\n", ratio);
   return 0;
 }

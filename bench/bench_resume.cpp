@@ -23,8 +23,14 @@
 // The last ratio row leaves the 32 new tokens out of both sides: re-prefill of the log alone
 // over restore + bounded replay alone (the figure the ideal ratio describes).
 //
+// Re-prefill grows as N² (every token's indexer scores all earlier entries): above
+// --reprefill-once-above N (default 32768) it is measured in ONE run after the replayed and
+// resident repetitions, not as a median; its rows then say `reprefill_runs,1`. The machine's
+// 1-minute load average is printed per context (shared machines: read figures against it).
+//
 // CSV on stdout: model,n_ctx,n_win,figure,value,unit. The ratio rows come last.
 // Usage: bench_resume [--quick] [--reps R] [--sizes 1024,4096,...] [--model-dir DIR] [--models M]
+//                     [--reprefill-once-above N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,6 +61,7 @@ struct options {
   std::vector<int> sizes;
   std::string model_dir = "model/weights/cedar-agent-tiny";
   std::string models = "both";  // default | wide | both
+  int reprefill_once_above = 32768;
 };
 
 void usage() {
@@ -66,6 +73,8 @@ void usage() {
       "  --sizes LIST  context sizes in tokens (overrides the defaults)\n"
       "  --model-dir   the default model's directory (default model/weights/cedar-agent-tiny)\n"
       "  --models M    default | wide | both (default both)\n"
+      "  --reprefill-once-above N  above N tokens, re-prefill is timed in one run, not a median\n"
+      "                (default 32768: it grows as N^2)\n"
       "CSV on stdout (model,n_ctx,n_win,figure,value,unit), progress on stderr; the last rows\n"
       "are re-prefill/replayed ratios beside the ideal (N/2 + n_win)/n_win.\n");
 }
@@ -114,7 +123,16 @@ struct figures {
 };
 
 // One model at one context size.
-bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, figures* out) {
+double load_average() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
+
+bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bool reprefill_once, figures* out) {
   const int V = int(e.config().vocab_size);
   const int W = e.config().sliding_window;
   rt::executor_core core(e, size_t(8) << 30);
@@ -167,16 +185,20 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, fi
     if (!core.restore(id, rs).ok()) return false;
     if (!run_turn(core, id, fresh, rt::resume_path::resident, 0, &f)) return false;
     if (r > 0) t_res.push_back(f.stats.prefill_ms);
-    // reprefilled: the whole log again, then 32 new tokens
+    // reprefilled: the whole log again, then 32 new tokens (once, after the last repetition,
+    // when reprefill_once)
+    if (reprefill_once && r < reps) continue;
     core.drop(id);
     p = core.restore(id, log_only, &rms);
     if (!p.ok() || *p != rt::resume_path::reprefilled) return false;
     if (!run_turn(core, id, fresh, *p, rms, &f)) return false;
-    if (r > 0) {
-      t_pre.push_back(rms + f.stats.prefill_ms);
-      t_pre_restore.push_back(rms);
+    t_pre.push_back(rms + f.stats.prefill_ms);
+    t_pre_restore.push_back(rms);
+    if (r == 0) {  // warm-up
+      t_pre.clear();
+      t_pre_restore.clear();
+      continue;
     }
-    if (r == 0) continue;
     std::fprintf(stderr, "[%s N=%d] rep %d/%d: resident %.1f ms, replayed %.1f ms, re-prefill %.1f ms\n", name.c_str(),
                  n, r, reps, t_res.empty() ? 0.0 : t_res.back(), t_rep.empty() ? 0.0 : t_rep.back(),
                  t_pre.empty() ? 0.0 : t_pre.back());
@@ -191,6 +213,8 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, fi
   csv(name, n, W, "replayed_restore_replay_ms", out->replay_restore, "ms");
   csv(name, n, W, "reprefilled_ms", out->reprefilled, "ms");
   csv(name, n, W, "reprefilled_log_only_ms", out->reprefill_restore, "ms");
+  csv(name, n, W, "reprefill_runs", double(t_pre.size()), "runs");
+  csv(name, n, W, "load_average_1min", load_average(), "load");
   return true;
 }
 
@@ -226,6 +250,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_resume: --models takes default, wide or both, not '%s'\n", o.models.c_str());
         return 2;
       }
+    } else if (a == "--reprefill-once-above" && i + 1 < argc) {
+      o.reprefill_once_above = std::atoi(argv[++i]);
     } else if (a == "--model-dir" && i + 1 < argc) {
       o.model_dir = argv[++i];
     } else {
@@ -275,7 +301,7 @@ int main(int argc, char** argv) {
         continue;
       }
       figures f;
-      if (!bench_one(m.name, *m.eng, n, o.reps, &f)) {
+      if (!bench_one(m.name, *m.eng, n, o.reps, n > o.reprefill_once_above, &f)) {
         std::fprintf(stderr, "[%s N=%d] failed\n", m.name.c_str(), n);
         return 1;
       }

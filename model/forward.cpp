@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "kernels/cpu/ops.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 #include "kernels/cpu/quant.hpp"
 
 namespace cedar::model {
@@ -122,6 +123,9 @@ struct runner::workspace {
   std::vector<float> qi, wts;   // [R, Hi·Di], [R, Hi]
   std::vector<float> sc, iscore;  // indexer score block, [n_entries]
   std::vector<int32_t> order, bsel;
+  std::vector<int32_t> cand_ids;  // [≤ n_blocks·block] entries of one row's candidate blocks
+  std::vector<float> cand_keys;   // [≤ n_blocks·block, Di] their index keys (gathered)
+  std::vector<int32_t> cand_top;  // [K] top-k positions among cand_ids
   std::vector<int32_t> topk;    // [R, K]
   std::vector<int> topk_n;      // [R]
   std::vector<uint8_t> cand;    // [R, n_blocks]
@@ -156,13 +160,13 @@ namespace {
 // ============================================================================================
 // mHC (MODEL_SPEC §6): mixes, collapse, expand
 // ============================================================================================
-void hc_mixes(const model_config& c, const float* X, int R, const fvec& fn, const fvec& base,
+void hc_mixes(const model_config& c, const float* X, int R, const qmat& fn, const fvec& base,
               const fvec& scale, runner::workspace& ws, float* pre, float* post, float* comb) {
   const int hc = c.hc_mult, hd = hc * (int)c.hidden_size, mix = (2 + hc) * hc;
   float* flat = grow(ws.flat, (size_t)R * hd);
   kc::rmsnorm_rows(X, nullptr, R, hd, c.rms_norm_eps, flat);
   float* m = grow(ws.mixes, (size_t)R * mix);
-  kc::gemm_nt(R, mix, hd, flat, fn.data(), m);
+  kc::qgemm_nt(R, flat, fn, m);
   const float eps = (float)c.hc_eps;
   for (int r = 0; r < R; ++r) {
     const float* mr = m + (size_t)r * mix;
@@ -235,12 +239,11 @@ void engram_apply(const engine& e, int l, int eli, float* X, int R, runner::work
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < nc; ++j) {
       const int64_t id = ws.hash[((size_t)r * nl + eli) * nc + j];
-      std::memcpy(emb + (size_t)r * in + (size_t)j * ehd, w.table.data() + (size_t)id * ehd,
-                  sizeof(float) * (size_t)ehd);
+      kc::dequant_rows(w.table, id, 1, emb + (size_t)r * in + (size_t)j * ehd);
     }
   const int outw = d * (hc + 1);
   float* kv = grow(ws.ekv, (size_t)R * outw);
-  kc::gemm_nt(R, outw, in, emb, w.wkv.data(), kv);
+  kc::qgemm_nt(R, emb, w.wkv, kv);
   const float eps = (float)c.rms_norm_eps;
   for (int r = 0; r < R; ++r) {
     const float* value = kv + (size_t)r * outw + (size_t)hc * d;
@@ -301,12 +304,18 @@ void run_expert(const model_config& c, const expert_weights& w, const float* x, 
                 const float* row_w, runner::workspace& ws, float* y, float beta) {
   const int d = (int)c.hidden_size, F = c.moe_intermediate_size;
   float* h = grow(ws.he, (size_t)n * 2 * F);
-  kc::gemm_nt(n, 2 * F, d, x, w.w13.data(), h);
+  kc::qmatrix w13;
+  if (kc::stacked_view(w.w1, w.w3, &w13)) {
+    kc::qgemm_nt(n, x, w13, h);  // [gate | up] in one GEMM (w1, w3 adjacent in memory)
+  } else {
+    kc::qgemm_nt(n, x, d, w.w1, h, 2 * F);      // gate -> h[:, :F]
+    kc::qgemm_nt(n, x, d, w.w3, h + F, 2 * F);  // up   -> h[:, F:]
+  }
   float* a = grow(ws.ae, (size_t)n * F);
   for (int r = 0; r < n; ++r)
     kc::swiglu(h + (size_t)r * 2 * F, h + (size_t)r * 2 * F + F, F, (float)c.swiglu_limit,
                row_w ? row_w[r] : 1.0f, a + (size_t)r * F);
-  kc::gemm_nt_ld(n, d, F, a, F, w.w2.data(), F, y, d, 1.0f, beta);
+  kc::qgemm_nt(n, a, F, w.w2, y, d, 1.0f, beta);
 }
 
 void moe_forward(const engine& e, int l, const float* x, int R, runner::workspace& ws, float* y) {
@@ -316,7 +325,7 @@ void moe_forward(const engine& e, int l, const float* x, int R, runner::workspac
   // Shared expert first, straight into y.
   run_expert(c, w.shared, x, R, nullptr, ws, y, 0.0f);
   float* s = grow(ws.scores, (size_t)R * E);
-  kc::gemm_nt(R, E, d, x, w.gate.data(), s);
+  kc::qgemm_nt(R, x, w.gate, s);
   int* sel = grow(ws.sel, (size_t)R * K);
   float* sw = grow(ws.selw, (size_t)R * K);
   if ((int)ws.expert_rows.size() < E) {
@@ -382,15 +391,15 @@ const rope_table& layer_rope(const engine& e, int l) {
 void compressor_forward(const engine& e, int l, const float* x, int R, runner::workspace& ws) {
   const model_config& c = e.config();
   const attention_weights& a = e.block(l).attn;
-  const int d = (int)c.hidden_size, hd = c.head_dim, Di = c.index_head_dim;
+  const int hd = c.head_dim, Di = c.index_head_dim;
   const int ratio = c.layers[(size_t)l].ratio;
   const int np = c.qk_rope_head_dim / 2;
   float* kvc = grow(ws.ckv, (size_t)R * hd);
-  kc::gemm_nt(R, hd, d, x, a.compressor.wkv.data(), kvc);
+  kc::qgemm_nt(R, x, a.compressor.wkv, kvc);
   float* gate = nullptr;
   if (ratio > 1) {
     gate = grow(ws.cgate, (size_t)R * hd);
-    kc::gemm_nt(R, hd, d, x, a.compressor.wgate.data(), gate);
+    kc::qgemm_nt(R, x, a.compressor.wgate, gate);
   }
   float* cs = grow(ws.cos, (size_t)np);
   float* sn = grow(ws.sin, (size_t)np);
@@ -436,7 +445,7 @@ void compressor_forward(const engine& e, int l, const float* x, int R, runner::w
     if (n_emit == 0) continue;
     // Index keys from the un-rotated latents: k_norm(wk · latent).
     float* keys = grow(ws.keys, (size_t)n_emit * Di);
-    kc::gemm_nt(n_emit, Di, hd, lat, a.indexer.wk.data(), keys);
+    kc::qgemm_nt(n_emit, lat, a.indexer.wk, keys);
     for (int j = 0; j < n_emit; ++j) {
       const int64_t gpos = (st.n_entries) * (int64_t)ratio;  // first token of the group
       e.compress_rope().at(gpos, cs, sn);
@@ -450,16 +459,32 @@ void compressor_forward(const engine& e, int l, const float* x, int R, runner::w
   }
 }
 
-// Top-k selection of one query row: `score` [n] (−inf = not allowed), ties -> lower index.
+// Top-k selection of one query row: `score` [n] (−inf = not allowed), ties -> lower index;
+// out = the K best ids in ascending order. One streaming pass over the scores: ids go to a
+// buffer of `cap` ids only when they beat the K-th best kept so far (an equal score loses the
+// tie: its id is higher), and a full buffer is pruned to its K best. The buffer sees about
+// K·log(n/K) ids instead of n, which matters when replay scores a 32K-entry source per row.
+// Same set as ordering all n by (score desc, id asc): the order is total.
 int select_topk(const float* score, int n, int K, runner::workspace& ws, int32_t* out) {
-  int32_t* ord = grow(ws.order, (size_t)std::max(1, n));
+  if (K <= 0 || n <= 0) return 0;
+  const int cap = std::max(4 * K, 256);
+  int32_t* ord = grow(ws.order, (size_t)cap);
+  const auto better = [score](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  };
+  float thr = k_neg_inf;  // an id enters when score > thr (−inf never does)
   int nv = 0;
-  for (int i = 0; i < n; ++i)
-    if (score[i] > k_neg_inf) ord[nv++] = i;
+  for (int i = 0; i < n; ++i) {
+    if (!(score[i] > thr)) continue;
+    ord[nv++] = i;
+    if (nv == cap) {
+      std::nth_element(ord, ord + (K - 1), ord + nv, better);
+      nv = K;
+      thr = score[ord[K - 1]];
+    }
+  }
   if (nv > K) {
-    std::nth_element(ord, ord + K, ord + nv, [&](int32_t a, int32_t b) {
-      return score[a] > score[b] || (score[a] == score[b] && a < b);
-    });
+    std::nth_element(ord, ord + K, ord + nv, better);
     nv = K;
   }
   std::sort(ord, ord + nv);
@@ -473,12 +498,12 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
   const model_config& c = e.config();
   const layer_info& li = c.layers[(size_t)l];
   const indexer_weights& w = e.block(l).attn.indexer;
-  const int d = (int)c.hidden_size, Hi = c.index_n_heads, Di = c.index_head_dim;
+  const int Hi = c.index_n_heads, Di = c.index_head_dim;
   const int K = c.index_topk, ratio = li.ratio, np = c.qk_rope_head_dim / 2;
   float* qi = grow(ws.qi, (size_t)R * Hi * Di);
-  kc::gemm_nt(R, Hi * Di, c.q_lora_rank, qr, w.wq_b.data(), qi);
+  kc::qgemm_nt(R, qr, w.wq_b, qi);
   float* wt = grow(ws.wts, (size_t)R * Hi);
-  kc::gemm_nt(R, Hi, d, x, w.weights_proj.data(), wt);
+  kc::qgemm_nt(R, x, w.weights_proj, wt);
   const float wscale = 1.0f / std::sqrt((float)Hi), sscale = 1.0f / std::sqrt((float)Di);
   float* cs = grow(ws.cos, (size_t)np);
   float* sn = grow(ws.sin, (size_t)np);
@@ -518,6 +543,48 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
         trace->candidates_width = ne;
         trace->candidates.assign((size_t)R * ne, 0);
       }
+    }
+    if (cand_use && ne > 0) {
+      // Restricted layer: only entries of the row's candidate blocks (chosen at the candidate
+      // source layer) can be selected, so only they are scored: [Hi, n_cand] per row instead
+      // of [Hi, ne]. The same products and sums as scoring every entry: the selection is the same.
+      const int cap_ids = std::min(ne, ws.cand_blocks * bs);
+      int32_t* ids = grow(ws.cand_ids, (size_t)std::max(1, cap_ids));
+      float* kg = grow(ws.cand_keys, (size_t)std::max(1, cap_ids) * Di);
+      float* cscore = grow(ws.iscore, (size_t)std::max(1, cap_ids));
+      int32_t* ctop = grow(ws.cand_top, (size_t)K);
+      for (int i = 0; i < s.n; ++i) {
+        const int r = s.row0 + i;
+        const int64_t p = ws.pos[(size_t)r];
+        const int vis = (int)std::min<int64_t>(ne, (p + 1) / ratio);
+        const uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
+        int nc = 0;
+        for (int bk = 0; bk < nb && bk * bs < vis; ++bk) {
+          if (!cm[bk]) continue;
+          const int t1 = std::min(vis, (bk + 1) * bs);
+          for (int t = bk * bs; t < t1; ++t) ids[nc++] = t;
+          std::memcpy(kg + (size_t)(nc - (t1 - bk * bs)) * Di, st.index_f32.data() + (size_t)bk * bs * Di,
+                      sizeof(float) * (size_t)(t1 - bk * bs) * Di);
+        }
+        int got = 0;
+        if (nc > 0) {
+          float* sc = grow(ws.sc, (size_t)Hi * nc);
+          kc::gemm_nt(Hi, nc, Di, qi + (size_t)r * Hi * Di, kg, sc);
+          const float* wr = wt + (size_t)r * Hi;
+          for (int t = 0; t < nc; ++t) cscore[t] = 0.0f;
+          for (int h = 0; h < Hi; ++h) {
+            const float* sh = sc + (size_t)h * nc;
+            const float wh = wr[h];
+            for (int t = 0; t < nc; ++t) cscore[t] += std::max(sh[t], 0.0f) * sscale * wh;
+          }
+          got = select_topk(cscore, nc, K, ws, ctop);
+        }
+        for (int j = 0; j < got; ++j) topk[(size_t)r * K + j] = ids[ctop[j]];
+        topn[r] = got;
+        if (tr_topk)
+          std::memcpy(tr_topk->data() + (size_t)r * K, topk + (size_t)r * K, sizeof(int32_t) * (size_t)got);
+      }
+      continue;
     }
     // Rows in blocks so the [rows·Hi, ne] score block stays small.
     const int rb = std::max(1, std::min(s.n, (int)(4000000 / std::max<int64_t>(1, (int64_t)Hi * ne))));
@@ -580,18 +647,18 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
   const model_config& c = e.config();
   const layer_info& li = c.layers[(size_t)l];
   const attention_weights& a = e.block(l).attn;
-  const int d = (int)c.hidden_size, hd = c.head_dim, H = c.num_attention_heads;
+  const int hd = c.head_dim, H = c.num_attention_heads;
   const int ql = c.q_lora_rank, G = c.o_groups, orank = c.o_lora_rank, W = c.sliding_window;
   const int np = c.qk_rope_head_dim / 2, K = c.index_topk;
   const rope_table& rope = layer_rope(e, l);
 
   float* qr = grow(ws.qr, (size_t)R * ql);
-  kc::gemm_nt(R, ql, d, x, a.wq_a.data(), qr);
+  kc::qgemm_nt(R, x, a.wq_a, qr);
   kc::rmsnorm_rows(qr, a.q_norm.data(), R, ql, c.rms_norm_eps, qr);
   float* q = grow(ws.q, (size_t)R * H * hd);
-  kc::gemm_nt(R, H * hd, ql, qr, a.wq_b.data(), q);
+  kc::qgemm_nt(R, qr, a.wq_b, q);
   float* kv = grow(ws.kv, (size_t)R * hd);
-  kc::gemm_nt(R, hd, d, x, a.wkv.data(), kv);
+  kc::qgemm_nt(R, x, a.wkv, kv);
   kc::rmsnorm_rows(kv, a.kv_norm.data(), R, hd, c.rms_norm_eps, kv);
   float* cs = grow(ws.cos, (size_t)np);
   float* sn = grow(ws.sin, (size_t)np);
@@ -693,9 +760,9 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
   const int gin = H * hd / G;
   float* oa = grow(ws.oa, (size_t)R * G * orank);
   for (int g = 0; g < G; ++g)
-    kc::gemm_nt_ld(R, orank, gin, o + (size_t)g * gin, H * hd, a.wo_a.data() + (size_t)g * orank * gin, gin,
-                   oa + (size_t)g * orank, G * orank, 1.0f, 0.0f);
-  kc::gemm_nt(R, d, G * orank, oa, a.wo_b.data(), y);
+    kc::qgemm_nt(R, o + (size_t)g * gin, H * hd, a.wo_a.slice_rows((int64_t)g * orank, orank),
+                 oa + (size_t)g * orank, G * orank, 1.0f, 0.0f);
+  kc::qgemm_nt(R, oa, a.wo_b, y);
 }
 
 // Keeps only each CED segment's last sliding_window rows (the decoder tail), compacting every
@@ -826,7 +893,7 @@ void run_rows(const engine& e, runner::workspace& ws, bool ced, bool all_logits,
   }
   kc::rmsnorm_rows(hin, e.norm().data(), n_out, d, c.rms_norm_eps, hin);
   logits.resize((size_t)n_out * c.vocab_size);
-  kc::gemm_nt(n_out, (int)c.vocab_size, d, hin, e.head().data(), logits.data());
+  kc::qgemm_nt(n_out, hin, e.head(), logits.data());
 }
 
 status check_tokens(const model_config& c, std::span<const int32_t> t) {

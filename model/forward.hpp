@@ -21,6 +21,8 @@
 // (e2m1, E4M3/16) after RoPE at j·m; index keys and indexer queries FP4 (UE8M0/32); global KV
 // is dequantised only for attention (the sequence keeps an fp32 mirror of the packed bytes).
 // Index top-k ties go to the lower entry index; each KV source scores with its own keys.
+// Weights: every projection is kernels::qgemm_nt over the engine's matrices in their stored
+// dtype (F32 via OpenBLAS as before; BF16/FP8/FP4 dequantised per block on the fly).
 // Threads: GEMMs use OpenBLAS's threads; the per-row sparse attention splits its rows over two
 // std::threads when each row's work is below OpenBLAS's own threading threshold.
 #pragma once

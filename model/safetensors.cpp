@@ -462,7 +462,94 @@ bool is_fp4_packed(const checkpoint& ckpt, const tensor_view& t) {
   return (t.type == dtype::i8 || t.type == dtype::u8) && scale_of(ckpt, t) != nullptr;
 }
 
+// Rows per scale block of an F8_E4M3 weight: 32x32 blocks (dense weights:
+// [ceil(r/32), ceil(c/32)]) or 1x32 row blocks (Engram tables: [r, ceil(c/32)]).
+result<int64_t> f8_block_rows(const tensor_view& t, const tensor_view& s) {
+  int64_t rows, cols, srows, scols;
+  as_matrix(t.shape, rows, cols);
+  as_matrix(s.shape, srows, scols);
+  if (s.shape.size() == t.shape.size() && srows == (rows + 31) / 32 && scols == (cols + 31) / 32) return 32;
+  if (s.shape.size() == t.shape.size() && srows == rows && scols == (cols + 31) / 32) return 1;
+  return make_error(errc::mismatch,
+                    t.file + ": tensor '" + t.name + "' " + shape_str(t.shape) + ": scale '" + s.name +
+                        "' has shape " + shape_str(s.shape) + ", expected 32x32 blocks " +
+                        shape_str({(rows + 31) / 32, (cols + 31) / 32}) + " or 1x32 row blocks " +
+                        shape_str({rows, (cols + 31) / 32}));
+}
+
+// Packed FP4 [rows, cols/2] needs a scale [rows, cols/32] with cols a multiple of 32.
+status check_fp4_scale(const tensor_view& t, const tensor_view& s) {
+  int64_t rows, half, srows, scols;
+  as_matrix(t.shape, rows, half);
+  as_matrix(s.shape, srows, scols);
+  const int64_t cols = half * 2;
+  if (cols % 32 != 0 || s.shape.size() != t.shape.size() || srows != rows || scols != cols / 32)
+    return make_error(errc::mismatch, t.file + ": tensor '" + t.name + "' " + shape_str(t.shape) +
+                                          " (packed FP4, logical columns " + std::to_string(cols) +
+                                          "): scale '" + s.name + "' has shape " + shape_str(s.shape) +
+                                          ", expected " + shape_str({rows, cols / 32}) +
+                                          " (logical columns a multiple of 32)");
+  return {};
+}
+
 }  // namespace
+
+result<kernels::qmatrix> weight_matrix(const checkpoint& ckpt, const tensor_view& t,
+                                       std::vector<float>& f32_storage,
+                                       std::vector<float>& scale_storage) {
+  kernels::qmatrix q;
+  as_matrix(t.shape, q.rows, q.cols);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(t.data);
+  const tensor_view* s = nullptr;
+  if (t.type == dtype::f8_e4m3 || t.type == dtype::i8 || t.type == dtype::u8) s = scale_of(ckpt, t);
+  // The block scales: UE8M0 bytes in place, anything else decoded to fp32.
+  auto attach_scales = [&]() -> status {
+    q.scale_cols = (q.cols + 31) / 32;
+    if (s->type == dtype::f8_e8m0) {
+      q.scale_e8m0 = s->data;
+      return {};
+    }
+    auto sc = decode_scales(*s, t);
+    if (!sc) return sc.take_err();
+    scale_storage = std::move(*sc);
+    q.scale_f32 = scale_storage.data();
+    return {};
+  };
+  if (t.type == dtype::f32 && addr % alignof(float) == 0) {
+    q.format = kernels::weight_format::f32;
+    q.data = t.data;
+    return q;
+  }
+  if (t.type == dtype::bf16 && addr % alignof(uint16_t) == 0) {
+    q.format = kernels::weight_format::bf16;
+    q.data = t.data;
+    return q;
+  }
+  if (t.type == dtype::f8_e4m3 && s) {
+    auto br = f8_block_rows(t, *s);
+    if (!br) return br.take_err();
+    q.format = kernels::weight_format::f8_e4m3;
+    q.data = t.data;
+    q.scale_block_rows = (int)*br;
+    CEDAR_TRY(attach_scales());
+    return q;
+  }
+  if ((t.type == dtype::i8 || t.type == dtype::u8) && s) {
+    CEDAR_TRY(check_fp4_scale(t, *s));
+    q.format = kernels::weight_format::fp4_e2m1;
+    q.cols *= 2;
+    q.data = t.data;
+    q.scale_block_rows = 1;
+    CEDAR_TRY(attach_scales());
+    return q;
+  }
+  auto v = to_f32(ckpt, t);
+  if (!v) return v.take_err();
+  f32_storage = std::move(*v);
+  q.format = kernels::weight_format::f32;
+  q.data = f32_storage.data();
+  return q;
+}
 
 std::vector<int64_t> to_f32_shape(const checkpoint& ckpt, const tensor_view& t) {
   std::vector<int64_t> s = t.shape;
@@ -497,22 +584,12 @@ result<std::vector<float>> to_f32(const checkpoint& ckpt, const tensor_view& t) 
                                                  "('<name without .weight>.scale')");
       auto sc = decode_scales(*s, t);
       if (!sc) return sc.take_err();
-      int64_t rows, cols, srows, scols;
+      int64_t rows, cols, scols;
       as_matrix(t.shape, rows, cols);
-      as_matrix(s->shape, srows, scols);
-      // Two layouts: 32x32 blocks (dense weights: [ceil(r/32), ceil(c/32)]) or 1x32 row blocks
-      // (Engram tables: [r, ceil(c/32)]).
-      int64_t brows;
-      if (s->shape.size() == t.shape.size() && srows == (rows + 31) / 32 && scols == (cols + 31) / 32)
-        brows = 32;
-      else if (s->shape.size() == t.shape.size() && srows == rows && scols == (cols + 31) / 32)
-        brows = 1;
-      else
-        return make_error(errc::mismatch,
-                          where + " " + shape_str(t.shape) + ": scale '" + s->name + "' has shape " +
-                              shape_str(s->shape) + ", expected 32x32 blocks " +
-                              shape_str({(rows + 31) / 32, (cols + 31) / 32}) +
-                              " or 1x32 row blocks " + shape_str({rows, (cols + 31) / 32}));
+      auto br = f8_block_rows(t, *s);
+      if (!br) return br.take_err();
+      const int64_t brows = *br;
+      scols = (cols + 31) / 32;
       out.resize(n);
       for (int64_t r = 0; r < rows; ++r) {
         const float* srow = sc->data() + (r / brows) * scols;
@@ -535,17 +612,11 @@ result<std::vector<float>> to_f32(const checkpoint& ckpt, const tensor_view& t) 
       // one scale per 32 logical columns: [rows, cols/32].
       auto sc = decode_scales(*s, t);
       if (!sc) return sc.take_err();
-      int64_t rows, half, srows, scols;
+      CEDAR_TRY(check_fp4_scale(t, *s));
+      int64_t rows, half, scols;
       as_matrix(t.shape, rows, half);
-      as_matrix(s->shape, srows, scols);
       const int64_t cols = half * 2;
-      if (cols % 32 != 0 || s->shape.size() != t.shape.size() || srows != rows || scols != cols / 32)
-        return make_error(errc::mismatch, where + " " + shape_str(t.shape) +
-                                              " (packed FP4, logical columns " + std::to_string(cols) +
-                                              "): scale '" + s->name + "' has shape " +
-                                              shape_str(s->shape) + ", expected " +
-                                              shape_str({rows, cols / 32}) +
-                                              " (logical columns a multiple of 32)");
+      scols = cols / 32;
       out.resize(n * 2);
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < half; ++j) {

@@ -2,9 +2,10 @@
 //
 // Owns: opening one .safetensors file, or a directory holding model.safetensors or
 // model.safetensors.index.json (sharded); mmap of every shard (read-only, MAP_SHARED); parsing
-// and validating every header (simdjson); the tensor table; conversion of a tensor to fp32
-// (to_f32), including the checkpoint's block-scaled FP8 and FP4 weights; a small writer of
-// fp32 tensors for tests and tools.
+// and validating every header (simdjson); the tensor table; views of weight matrices in their
+// stored dtype (weight_matrix: BF16/F32/F8_E4M3/packed FP4 referenced in the mapping, for the
+// kernels to dequantise on the fly); conversion of a tensor to fp32 (to_f32), including the
+// checkpoint's block-scaled FP8 and FP4 weights; a small writer for tests and tools.
 // Does not own: what the tensors mean (weights.hpp maps names to layer structs).
 //
 // File format: [u64 little-endian header length N][N bytes of JSON header][data]. The header
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "kernels/base/result.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 
 namespace cedar::model {
 
@@ -88,6 +90,19 @@ class checkpoint {
 result<std::vector<float>> to_f32(const checkpoint& ckpt, const tensor_view& t);
 // The logical shape to_f32 returns (differs from t.shape for packed FP4: last dim x2).
 std::vector<int64_t> to_f32_shape(const checkpoint& ckpt, const tensor_view& t);
+
+// The tensor as a weight matrix [rows, cols] (leading dims flattened into rows; packed FP4:
+// cols = 2 x the stored bytes per row) in its STORED format, referencing the mapping, no copy:
+//   F32 and BF16 (aligned to their element size in memory) as is;
+//   F8_E4M3 with its companion scale (32x32 or 1x32 blocks, as to_f32);
+//   packed FP4 (I8/U8 with a companion scale [rows, cols/32]).
+// UE8M0 scales are used in place; F32/BF16 scales are decoded into `scale_storage`, which the
+// caller must keep (unmoved contents) as long as the matrix. Every other dtype (F16, integers
+// without a scale, misaligned data) is converted by to_f32 into `f32_storage`, same rule.
+// The matrix is valid while the checkpoint (and the storages) live.
+result<kernels::qmatrix> weight_matrix(const checkpoint& ckpt, const tensor_view& t,
+                                       std::vector<float>& f32_storage,
+                                       std::vector<float>& scale_storage);
 
 // Writes fp32 tensors (name -> (shape, values)) as one .safetensors file with the given
 // __metadata__. For tests and tools. The header is padded so data starts 8-byte aligned; data
