@@ -562,6 +562,16 @@ bool valid_call(const tools::tool_registry& reg, const tool_call& call) {
   return !args.is_discarded() && tools::schema_validate(t->input_schema, args).ok();
 }
 
+// One tool call handed to the detached actor that runs it.
+struct tool_job {
+  std::shared_ptr<tools::tool_registry> reg;
+  tool_call call;
+  tools::cancel_token cancel;
+  caf::actor agent;  // gets tool_done
+  int timeout_ms = 0;
+  std::string session;
+};
+
 void run_tools(agent_ptr self) {
   auto& s = self->state;
   for (const tool_call& call : s.calls) {
@@ -581,25 +591,25 @@ void run_tools(agent_ptr self) {
     tools::cancel_token cancel;
     s.cancels[call.id] = cancel;
     s.started[call.id] = std::chrono::steady_clock::now();
-    auto reg = s.reg;
-    caf::actor me = caf::actor_cast<caf::actor>(self);
-    int timeout = s.cfg.tool_timeout_ms;
-    std::string session = std::to_string(s.session);
-    // Blocking tool code runs on its own thread; a hanging tool never blocks an actor.
-    self->spawn<caf::detached>([reg, call, cancel, me, timeout, session] {
+    const int timeout = s.cfg.tool_timeout_ms;
+    // Blocking tool code runs on its own thread; a hanging tool never blocks an actor. What it
+    // needs goes in as the spawn argument rather than a capture: CAF 0.17.6 dereferences a null
+    // argument tuple for a function actor spawned without arguments (UB, caught by UBSan).
+    tool_job job{s.reg, call, cancel, caf::actor_cast<caf::actor>(self), timeout, std::to_string(s.session)};
+    self->spawn<caf::detached>([](const tool_job& j) {
       tools::invoke_context ctx;
-      ctx.cancel = cancel;
-      ctx.session = session;
-      ctx.timeout = std::chrono::milliseconds(timeout);
-      ctx.hard_cap = std::chrono::milliseconds(timeout) * 4;
+      ctx.cancel = j.cancel;
+      ctx.session = j.session;
+      ctx.timeout = std::chrono::milliseconds(j.timeout_ms);
+      ctx.hard_cap = std::chrono::milliseconds(j.timeout_ms) * 4;
       auto t0 = std::chrono::steady_clock::now();
       std::string text;
       bool is_error = true;
-      auto args = tools::json::parse(call.arguments_json, nullptr, false);
+      auto args = tools::json::parse(j.call.arguments_json, nullptr, false);
       if (args.is_discarded()) {
         text = "arguments are not valid JSON";
       } else {
-        auto r = reg->call(call.name, args, ctx);
+        auto r = j.reg->call(j.call.name, args, ctx);
         if (!r) text = r.err().message;
         else {
           text = r->to_text();
@@ -607,8 +617,8 @@ void run_tools(agent_ptr self) {
         }
       }
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      caf::anon_send(me, tool_done_atom::value, call.id, text, is_error, ms);
-    });
+      caf::anon_send(j.agent, tool_done_atom::value, j.call.id, text, is_error, ms);
+    }, std::move(job));
     self->delayed_send(self, std::chrono::milliseconds(timeout), tool_tmo_atom::value, call.id);
   }
   if (s.results.size() == s.calls.size()) after_tools(self);

@@ -80,10 +80,9 @@ result<agent_options> load_agent_options(const agent_args& a) {
 }
 
 result<std::unique_ptr<agent_runtime>> open_runtime(agent_args& a) {
-  if (a.store.empty()) a.store = default_sessions_store_path();
-  if (a.store.empty()) return make_error(errc::invalid_argument, "no store path: pass --store PATH");
-  std::error_code ec;
-  if (fs::path(a.store).has_parent_path()) fs::create_directories(fs::path(a.store).parent_path(), ec);
+  auto store = writable_store_path(a.store);
+  if (!store) return store.err();
+  a.store = *store;
   runtime_options ro;
   ro.model_dir = a.model_dir;
   ro.store_path = a.store;

@@ -8,19 +8,14 @@
 // Loopback only: there is no flag to bind another address.
 #include "runtime/cmd_remote.hpp"
 
-#include <pthread.h>
-
-#include <csignal>
 #include <cstdio>
-#include <filesystem>
 
 #include "runtime/cedar.hpp"
 #include "runtime/cmd_sessions.hpp"
+#include "runtime/shutdown_signals.hpp"
 
 namespace cedar::runtime {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct serve_remote_args {
   std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
@@ -34,25 +29,16 @@ int cmd_serve_remote(const serve_remote_args& a) {
     std::fprintf(stderr, "cedar serve-remote: --port %d is not a TCP port (0-65535)\n", a.port);
     return 2;
   }
-  std::string store = a.store.empty() ? default_sessions_store_path() : a.store;
-  if (store.empty()) {
-    std::fprintf(stderr, "cedar serve-remote: no store path: pass --store PATH\n");
+  auto store = writable_store_path(a.store);
+  if (!store) {
+    std::fprintf(stderr, "cedar serve-remote: %s\n", store.err().message.c_str());
     return 2;
   }
-  std::error_code ec;
-  if (fs::path(store).has_parent_path()) fs::create_directories(fs::path(store).parent_path(), ec);
-
-  // SIGINT/SIGTERM are blocked in every thread (the runtime's threads inherit the mask) and
-  // taken by sigwait below.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  shutdown_signals sigs;  // before the runtime's threads start: they inherit the blocked mask
 
   runtime_options ro;
   ro.model_dir = a.model_dir;
-  ro.store_path = store;
+  ro.store_path = *store;
   ro.ram_budget_mb = a.ram_budget_mb;
   auto rt = agent_runtime::open(ro);
   if (!rt) {
@@ -65,12 +51,10 @@ int cmd_serve_remote(const serve_remote_args& a) {
     return 1;
   }
   std::printf("cedar serve-remote: executor and store published on 127.0.0.1:%u (model %s, store %s)\n",
-              unsigned(*port), a.model_dir.c_str(), store.c_str());
+              unsigned(*port), a.model_dir.c_str(), store->c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  std::fprintf(stderr, "cedar serve-remote: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fprintf(stderr, "cedar serve-remote: %s, shutting down\n", shutdown_signals::name(sigs.wait()));
   rt->reset();  // closes the port, then stops the actors
   return 0;
 }

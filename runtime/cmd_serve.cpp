@@ -11,16 +11,14 @@
 // Flags given on the command line win over the file.
 #include "runtime/cmd_serve.hpp"
 
-#include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <pthread.h>
 #include <sstream>
 
 #include "runtime/cedar.hpp"
 #include "runtime/cmd_sessions.hpp"
+#include "runtime/shutdown_signals.hpp"
 #include "runtime/server/dashboard.hpp"
 #include "runtime/server/http_server.hpp"
 #include "runtime/server/openai_api.hpp"
@@ -28,7 +26,6 @@
 namespace cedar::runtime {
 namespace {
 
-namespace fs = std::filesystem;
 using njson = nlohmann::json;
 
 struct serve_args {
@@ -76,21 +73,13 @@ int cmd_serve(serve_args a, const CLI::App& cmd) {
     std::fprintf(stderr, "cedar serve: %s\n", s.err().message.c_str());
     return 2;
   }
-  if (a.store.empty()) a.store = default_sessions_store_path();
-  if (a.store.empty()) {
-    std::fprintf(stderr, "cedar serve: no store path: pass --store PATH\n");
+  auto store = writable_store_path(a.store);
+  if (!store) {
+    std::fprintf(stderr, "cedar serve: %s\n", store.err().message.c_str());
     return 2;
   }
-  std::error_code ec;
-  if (fs::path(a.store).has_parent_path()) fs::create_directories(fs::path(a.store).parent_path(), ec);
-
-  // SIGINT/SIGTERM are blocked in every thread (the runtime's and the server's inherit the
-  // mask) and taken by sigwait below.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  a.store = *store;
+  shutdown_signals sigs;  // before the runtime's and the server's threads start: they inherit the mask
 
   runtime_options ro;
   ro.model_dir = a.model_dir;
@@ -122,9 +111,7 @@ int cmd_serve(serve_args a, const CLI::App& cmd) {
               s.token_file().c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  std::fprintf(stderr, "cedar serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fprintf(stderr, "cedar serve: %s, shutting down\n", shutdown_signals::name(sigs.wait()));
   s.stop();
   srv->reset();
   rt->reset();

@@ -225,6 +225,16 @@ std::string default_sessions_store_path() {
   return {};
 }
 
+result<std::string> writable_store_path(const std::string& given) {
+  std::string path = given.empty() ? default_sessions_store_path() : given;
+  if (path.empty())
+    return make_error(errc::invalid_argument, "no store path (neither XDG_DATA_HOME nor HOME is set): pass --store PATH");
+  std::error_code ec;  // a parent that cannot be made shows up as the store's open error
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  return path;
+}
+
 void add_sessions_commands(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<sessions_args>();
   args->store_path = default_sessions_store_path();

@@ -15,11 +15,17 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "kernels/base/result.hpp"
+
 namespace cedar::runtime {
 
 void add_sessions_commands(CLI::App& app, int* exit_code);
 
 // The default store path described above (empty when neither XDG_DATA_HOME nor HOME is set).
 std::string default_sessions_store_path();
+
+// The store a command that writes sessions opens: `given`, or the default path when it is
+// empty; its parent directory is created. Error (naming --store) when there is neither.
+result<std::string> writable_store_path(const std::string& given);
 
 }  // namespace cedar::runtime

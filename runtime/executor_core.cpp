@@ -59,7 +59,7 @@ bool get(std::span<const uint8_t>& b, T& v) {
 bool get_floats(std::span<const uint8_t>& b, std::vector<float>& v, size_t n) {
   if (b.size() < n * sizeof(float)) return false;
   v.resize(n);
-  std::memcpy(v.data(), b.data(), n * sizeof(float));
+  if (n > 0) std::memcpy(v.data(), b.data(), n * sizeof(float));  // data() may be null when n == 0
   b = b.subspan(n * sizeof(float));
   return true;
 }

@@ -1,28 +1,17 @@
 // `cedar model info`: runs the real binary and checks its output and exit codes.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <string>
-#include <sys/wait.h>
+
+#include "runtime_test_util.hpp"
 
 namespace {
-struct run_result { int code; std::string out; };
-
+using cedar::test::run_result;
+using cedar::test::src;
 run_result run(const std::string& args) {
-  std::string cmd = std::string(CEDAR_BINARY_DIR) + "/bin/cedar " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  run_result r{-1, ""};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return cedar::test::run_command(std::string(CEDAR_BINARY_DIR) + "/bin/cedar " + args);
 }
-std::string src(const std::string& rel) { return std::string(CEDAR_SOURCE_DIR) + "/" + rel; }
 }  // namespace
 
 TEST(CliModelInfo, OfficialConfigPrints890) {

@@ -1,10 +1,6 @@
 // The examples run as real processes on the shipped default model (what the README quotes).
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
-#include <sys/wait.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,21 +8,8 @@
 #include "runtime_test_util.hpp"
 
 namespace {
-struct run_result {
-  int code;
-  std::string out;
-};
-run_result run(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  run_result r{-1, ""};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using cedar::test::run_result;
+run_result run(const std::string& cmd) { return cedar::test::run_command(cmd); }
 std::string example(const std::string& name) { return std::string(CEDAR_BINARY_DIR) + "/examples/example_" + name; }
 }  // namespace
 

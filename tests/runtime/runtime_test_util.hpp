@@ -1,10 +1,14 @@
 // Shared set-up for runtime tests: the test tokenizer (tests/tokenizer/tokenizer.json, trained by
 // model/reference/train_tokenizer.py) and a small random-weight model of the V4.1 architecture
-// whose vocabulary matches it (the fixture's tiny config with every layer mode).
+// whose vocabulary matches it (the fixture's tiny config with every layer mode); temporary
+// directories; and run_command, for tests that run the real `cedar` binary or an example.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <array>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -53,5 +57,22 @@ struct temp_dir {
   }
   std::string file(const std::string& name) const { return (path / name).string(); }
 };
+
+// A shell command's exit code (-1 when it did not exit normally) and its stdout + stderr.
+struct run_result {
+  int code = -1;
+  std::string out;
+};
+inline run_result run_command(const std::string& cmd) {
+  run_result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
 
 }  // namespace cedar::test

@@ -27,6 +27,14 @@ tools::tool fake_calculator(std::function<result<tools::tool_result>(const tools
   return t;
 }
 
+// A "calculator" that hangs until the runtime cancels it (on its timeout or the turn's cancel).
+tools::tool hanging_calculator() {
+  return fake_calculator([](const tools::invoke_context& ctx) -> result<tools::tool_result> {
+    while (!ctx.cancel.cancelled()) std::this_thread::sleep_for(5ms);
+    return make_error(errc::cancelled, "cancelled");
+  });
+}
+
 std::unique_ptr<agent_runtime> open_default(const std::string& store) {
   runtime_options o;
   o.model_dir = test::src("model/weights/cedar-agent-tiny");
@@ -58,11 +66,7 @@ TEST(ToolFaults, AHangingToolTimesOutAndBlocksNoOtherAgent) {
   test::temp_dir dir;
   auto rt = open_default(dir.file("s.db"));
   ASSERT_TRUE(rt);
-  // Hangs until cancelled (the runtime cancels it when its timeout expires).
-  ASSERT_TRUE(rt->add_tool(fake_calculator([](const tools::invoke_context& ctx) -> result<tools::tool_result> {
-                  while (!ctx.cancel.cancelled()) std::this_thread::sleep_for(5ms);
-                  return make_error(errc::cancelled, "cancelled");
-                })).ok());
+  ASSERT_TRUE(rt->add_tool(hanging_calculator()).ok());  // the runtime cancels it on its timeout
   auto a = rt->create_agent(calc_agent(400));
   auto b = rt->create_agent(calc_agent(400));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -118,10 +122,7 @@ TEST(ToolFaults, CancelDuringAToolEndsTheTurnAndTheSessionContinues) {
   test::temp_dir dir;
   auto rt = open_default(dir.file("s.db"));
   ASSERT_TRUE(rt);
-  ASSERT_TRUE(rt->add_tool(fake_calculator([](const tools::invoke_context& ctx) -> result<tools::tool_result> {
-                  while (!ctx.cancel.cancelled()) std::this_thread::sleep_for(5ms);
-                  return make_error(errc::cancelled, "cancelled");
-                })).ok());
+  ASSERT_TRUE(rt->add_tool(hanging_calculator()).ok());
   auto a = rt->create_agent(calc_agent(60000));
   ASSERT_TRUE(a.ok());
   agent handle = *a;
