@@ -251,7 +251,13 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (a == "--reprefill-once-above" && i + 1 < argc) {
-      o.reprefill_once_above = std::atoi(argv[++i]);
+      char* end = nullptr;
+      const long v = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || v < 0) {
+        std::fprintf(stderr, "bench_resume: --reprefill-once-above takes a token count, got '%s'\n", argv[i]);
+        return 2;
+      }
+      o.reprefill_once_above = (int)std::min<long>(v, 1 << 30);
     } else if (a == "--model-dir" && i + 1 < argc) {
       o.model_dir = argv[++i];
     } else {

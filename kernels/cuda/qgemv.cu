@@ -206,6 +206,14 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g
 
 int g_sms = 0;  // multiprocessors of the current device (read once)
 
+status read_sms() {
+  if (g_sms) return {};
+  int dev = 0;
+  CEDAR_CUDA_TRY(cudaGetDevice(&dev), "qgemv: device");
+  CEDAR_CUDA_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), "qgemv: device attribute");
+  return {};
+}
+
 template <weight_format F, int V, int RW, int WS>
 status launch_ws(const qgemv_params& p, cudaStream_t s) {
   const int64_t groups = (p.w.rows + RW - 1) / RW;
@@ -226,11 +234,7 @@ status launch_ws(const qgemv_params& p, cudaStream_t s) {
 // than ~8 warps per multiprocessor (and the row is long enough to split).
 template <weight_format F, int V, int RW>
 status launch_rw(const qgemv_params& p, cudaStream_t s) {
-  if (!g_sms) {
-    int dev = 0;
-    CEDAR_CUDA_TRY(cudaGetDevice(&dev), "qgemv: device");
-    CEDAR_CUDA_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), "qgemv: device attribute");
-  }
+  if (auto st = read_sms(); !st.ok()) return st;
   const int64_t groups = (p.w.rows + RW - 1) / RW;
   if (groups < (int64_t)g_sms * 8 && p.w.cols >= (int64_t)32 * V * 4) return launch_ws<F, V, RW, 4>(p, s);
   return launch_ws<F, V, RW, 1>(p, s);
@@ -277,11 +281,7 @@ launch_class class_of(const qmatrix& w) {
 
 template <weight_format F, int V, int RW>
 status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
-  if (!g_sms) {
-    int dev = 0;
-    CEDAR_CUDA_TRY(cudaGetDevice(&dev), "qgemv: device");
-    CEDAR_CUDA_TRY(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev), "qgemv: device attribute");
-  }
+  if (auto st = read_sms(); !st.ok()) return st;
   int64_t groups = 0, min_cols = INT64_MAX;
   for (int i = 0; i < n; ++i) {
     groups += (items[i].w.rows + RW - 1) / RW;

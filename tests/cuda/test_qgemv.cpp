@@ -18,34 +18,13 @@
 
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cuda/qgemv.cuh"
+#include "tests/cuda/cuda_test_util.hpp"
 
 namespace kc = cedar::kernels;
 namespace cu = cedar::kernels::cuda;
+using cedar::test::dev_array;
 
 namespace {
-
-template <class T>
-struct dbuf {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit dbuf(const std::vector<T>& v) : n(v.size()) {
-    cudaMalloc(&p, sizeof(T) * (n ? n : 1));
-    cudaMemcpy(p, v.data(), sizeof(T) * n, cudaMemcpyHostToDevice);
-  }
-  ~dbuf() { cudaFree(p); }
-  dbuf(const dbuf&) = delete;
-  dbuf& operator=(const dbuf&) = delete;
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost);
-    return v;
-  }
-};
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 // A quantised weight tensor in host memory + the fp32 values it decodes to (the oracle's W).
 struct host_weight {
@@ -134,7 +113,7 @@ std::string case_name(const ::testing::TestParamInfo<qgemv_case>& i) {
 class cuda_qgemv : public ::testing::TestWithParam<qgemv_case> {};
 
 TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
-  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  CEDAR_REQUIRE_GPU();
   const qgemv_case c = GetParam();
   std::mt19937 g((unsigned)(c.rows * 31 + c.cols * 7 + c.m + (int)c.fmt * 1000 + c.view_row0));
   const host_weight hw = make_weight(g, c.fmt, c.rows, c.cols, c.block_rows);
@@ -144,8 +123,8 @@ TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
   for (auto& v : x) v = nd(g);
   for (auto& v : y0) v = nd(g);
 
-  dbuf<uint8_t> d_data(hw.data), d_scales(hw.scales.empty() ? std::vector<uint8_t>(1) : hw.scales);
-  dbuf<float> d_x(x), d_y(c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")));
+  dev_array<uint8_t> d_data(hw.data), d_scales(hw.scales.empty() ? std::vector<uint8_t>(1) : hw.scales);
+  dev_array<float> d_x(x), d_y(c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")));
   cu::qgemv_params p;
   p.w.format = c.fmt;
   p.w.rows = c.view_rows;
@@ -164,7 +143,7 @@ TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
   const auto st = cu::qgemv(p, nullptr);
   ASSERT_TRUE(st.ok()) << st.err().message;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto y = d_y.get();
+  const auto y = d_y.download();
 
   double worst = 0;
   for (int i = 0; i < c.m; ++i)
@@ -207,9 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 TEST(cuda_qgemv_errors, bad_shapes_are_named) {
-  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  CEDAR_REQUIRE_GPU();
   std::vector<float> host(64, 1.0f);
-  dbuf<float> d(host);
+  dev_array<float> d(host);
   cu::qgemv_params p;
   p.w.format = kc::weight_format::bf16;
   p.w.rows = 2;
@@ -235,7 +214,7 @@ TEST(cuda_qgemv_errors, bad_shapes_are_named) {
 }
 
 TEST(cuda_rms_norm, matches_the_cpu_definition) {
-  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  CEDAR_REQUIRE_GPU();
   std::mt19937 g(7);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   for (int n : {8, 256, 1000, 7168}) {
@@ -243,10 +222,10 @@ TEST(cuda_rms_norm, matches_the_cpu_definition) {
     std::vector<float> x((size_t)m * n), w((size_t)n);
     for (auto& v : x) v = nd(g);
     for (auto& v : w) v = nd(g);
-    dbuf<float> dx(x), dw(w), dy(std::vector<float>(x.size(), std::nanf("")));
+    dev_array<float> dx(x), dw(w), dy(std::vector<float>(x.size(), std::nanf("")));
     ASSERT_TRUE(cu::rms_norm(dx.p, dw.p, dy.p, m, n, 1e-6f, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto y = dy.get();
+    const auto y = dy.download();
     for (int i = 0; i < m; ++i) {
       double ss = 0;
       for (int k = 0; k < n; ++k) ss += (double)x[(size_t)i * n + k] * x[(size_t)i * n + k];
@@ -263,7 +242,7 @@ TEST(cuda_rms_norm, matches_the_cpu_definition) {
 // loads, fp4, f32) and one m in a few launches (chunks of 16 per class); each output against
 // the oracle, outputs of other items untouched.
 TEST(cuda_qgemv_grouped, mixed_formats_match_the_oracle) {
-  ASSERT_TRUE(have_gpu()) << "these tests need a CUDA GPU; run them on the GPU machine: scripts/cuda-tests.sh";
+  CEDAR_REQUIRE_GPU();
   for (int m : {1, 5}) {
     std::mt19937 g(4242u + (unsigned)m);
     struct spec {
@@ -275,20 +254,20 @@ TEST(cuda_qgemv_grouped, mixed_formats_match_the_oracle) {
                                {F::fp4_e2m1, 128, 2048, 1}, {F::f32, 40, 264, 1}};
     for (int i = 0; i < 16; ++i) specs.push_back({F::bf16, 8 + 8 * i, 256, 1});  // 17 bf16: two chunks
     std::vector<host_weight> hw;
-    std::vector<std::unique_ptr<dbuf<uint8_t>>> dd, ds;
-    std::vector<std::unique_ptr<dbuf<float>>> dx, dy;
+    std::vector<std::unique_ptr<dev_array<uint8_t>>> dd, ds;
+    std::vector<std::unique_ptr<dev_array<float>>> dx, dy;
     std::vector<std::vector<float>> xs;
     std::vector<cu::qgemv_params> items;
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (const auto& sp : specs) {
       hw.push_back(make_weight(g, sp.f, sp.rows, sp.cols, sp.br));
-      dd.push_back(std::make_unique<dbuf<uint8_t>>(hw.back().data));
-      ds.push_back(std::make_unique<dbuf<uint8_t>>(hw.back().scales.empty() ? std::vector<uint8_t>(1) : hw.back().scales));
+      dd.push_back(std::make_unique<dev_array<uint8_t>>(hw.back().data));
+      ds.push_back(std::make_unique<dev_array<uint8_t>>(hw.back().scales.empty() ? std::vector<uint8_t>(1) : hw.back().scales));
       std::vector<float> x((size_t)m * sp.cols);
       for (auto& v : x) v = nd(g);
       xs.push_back(x);
-      dx.push_back(std::make_unique<dbuf<float>>(x));
-      dy.push_back(std::make_unique<dbuf<float>>(std::vector<float>((size_t)m * sp.rows, std::nanf(""))));
+      dx.push_back(std::make_unique<dev_array<float>>(x));
+      dy.push_back(std::make_unique<dev_array<float>>(std::vector<float>((size_t)m * sp.rows, std::nanf(""))));
       cu::qgemv_params p;
       p.w.format = sp.f;
       p.w.rows = sp.rows;
@@ -308,7 +287,7 @@ TEST(cuda_qgemv_grouped, mixed_formats_match_the_oracle) {
     ASSERT_TRUE(st.ok()) << st.err().message;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     for (size_t it = 0; it < specs.size(); ++it) {
-      const auto y = dy[it]->get();
+      const auto y = dy[it]->download();
       for (int i = 0; i < m; ++i)
         for (int64_t r = 0; r < specs[it].rows; ++r) {
           double sum = 0, mag = 0;
@@ -326,7 +305,7 @@ TEST(cuda_qgemv_grouped, mixed_formats_match_the_oracle) {
   // a mismatched m is named
   cu::qgemv_params a, b;
   std::vector<float> host(64, 1.0f);
-  dbuf<float> d(host);
+  dev_array<float> d(host);
   a.w.format = b.w.format = kc::weight_format::bf16;
   a.w.rows = b.w.rows = 2;
   a.w.cols = b.w.cols = 8;

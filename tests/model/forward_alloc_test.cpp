@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <new>
 #include <string>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/config.hpp"
@@ -32,28 +34,45 @@ void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace cm = cedar::model;
 
-TEST(forward_alloc, warm_decode_does_not_allocate_per_token) {
-  const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/tests/fixtures/deepseek-v41-tiny-A";
+// A model directory's engine and runner with three sequences prefilled with the same
+// 100-token prompt (the state both tests decode from).
+struct prefilled_model {
+  cm::model_config config;
+  std::optional<cm::engine> engine;
+  std::unique_ptr<cm::runner> runner;
+  std::vector<cm::sequence> seqs;
+  std::vector<cm::sequence*> ptrs;
+};
+
+void load_and_prefill(const std::string& dir, const std::string& token_map, prefilled_model& m) {
   auto c = cm::load_model_config(dir + "/config.json");
   ASSERT_TRUE(c.ok());
+  m.config = *c;
   cm::engine_options o;
-  o.engram_token_map = *cm::load_token_map_npy(dir + "/engram/token_map.npy");
-  auto e = cm::engine::load(*c, dir + "/model.safetensors", o);
+  o.engram_token_map = *cm::load_token_map_npy(token_map);
+  auto e = cm::engine::load(m.config, dir + "/model.safetensors", o);
   ASSERT_TRUE(e.ok());
-  cm::runner rn(*e);
-  std::vector<cm::sequence> seqs(3, cm::sequence(*c));
+  m.engine.emplace(std::move(e).value());
+  m.runner = std::make_unique<cm::runner>(*m.engine);
+  m.seqs.assign(3, cm::sequence(m.config));
   std::vector<int32_t> prompt(100);
   for (int i = 0; i < 100; ++i) prompt[(size_t)i] = (i * 37) % 512;
-  for (cm::sequence& s : seqs) ASSERT_TRUE(rn.prefill(s, prompt).ok());
-  std::vector<cm::sequence*> ptrs = {&seqs[0], &seqs[1], &seqs[2]};
+  for (cm::sequence& s : m.seqs) ASSERT_TRUE(m.runner->prefill(s, prompt).ok());
+  m.ptrs = {&m.seqs[0], &m.seqs[1], &m.seqs[2]};
+}
+
+TEST(forward_alloc, warm_decode_does_not_allocate_per_token) {
+  const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/tests/fixtures/deepseek-v41-tiny-A";
+  prefilled_model m;
+  ASSERT_NO_FATAL_FAILURE(load_and_prefill(dir, dir + "/engram/token_map.npy", m));
   std::vector<int32_t> toks = {5, 6, 7};
   std::vector<float> logits;
-  ASSERT_TRUE(rn.decode_step(ptrs, toks, logits).ok());  // warm-up
+  ASSERT_TRUE(m.runner->decode_step(m.ptrs, toks, logits).ok());  // warm-up
   int steps_with_allocs = 0;
   const int n_steps = 64;
   for (int step = 0; step < n_steps; ++step) {
     const long before = g_allocs.load();
-    ASSERT_TRUE(rn.decode_step(ptrs, toks, logits).ok());
+    ASSERT_TRUE(m.runner->decode_step(m.ptrs, toks, logits).ok());
     steps_with_allocs += g_allocs.load() != before;
   }
   // 100 -> 165 tokens: each sequence array doubles at most once or twice.
@@ -65,30 +84,20 @@ TEST(forward_alloc, warm_decode_does_not_allocate_per_token) {
 // kernels' row buffers and worker threads are set up by the warm-up step, then reused).
 TEST(forward_alloc, warm_bf16_decode_does_not_allocate_per_token) {
   const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
-  auto c = cm::load_model_config(dir + "/config.json");
-  ASSERT_TRUE(c.ok());
-  cm::engine_options o;
-  o.engram_token_map = *cm::load_token_map_npy(dir + "/token_map.npy");
-  auto e = cm::engine::load(*c, dir + "/model.safetensors", o);
-  ASSERT_TRUE(e.ok());
-  ASSERT_EQ(e->head().format, cedar::kernels::weight_format::bf16);
-  cm::runner rn(*e);
-  std::vector<cm::sequence> seqs(3, cm::sequence(*c));
-  std::vector<int32_t> prompt(100);
-  for (int i = 0; i < 100; ++i) prompt[(size_t)i] = (i * 37) % 512;
-  for (cm::sequence& s : seqs) ASSERT_TRUE(rn.prefill(s, prompt).ok());
-  std::vector<cm::sequence*> ptrs = {&seqs[0], &seqs[1], &seqs[2]};
+  prefilled_model m;
+  ASSERT_NO_FATAL_FAILURE(load_and_prefill(dir, dir + "/token_map.npy", m));
+  ASSERT_EQ(m.engine->head().format, cedar::kernels::weight_format::bf16);
   std::vector<int32_t> toks = {5, 6, 7};
   std::vector<float> logits;
-  ASSERT_TRUE(rn.decode_step(ptrs, toks, logits).ok());  // warm-up, batch 3
-  cm::sequence* one = &seqs[0];
-  ASSERT_TRUE(rn.decode_step({&one, 1}, {toks.data(), 1}, logits).ok());  // warm-up, batch 1
+  ASSERT_TRUE(m.runner->decode_step(m.ptrs, toks, logits).ok());  // warm-up, batch 3
+  cm::sequence* one = &m.seqs[0];
+  ASSERT_TRUE(m.runner->decode_step({&one, 1}, {toks.data(), 1}, logits).ok());  // warm-up, batch 1
   int steps_with_allocs = 0;
   const int n_steps = 32;
   for (int step = 0; step < n_steps; ++step) {
     const long before = g_allocs.load();
-    ASSERT_TRUE(rn.decode_step(ptrs, toks, logits).ok());
-    ASSERT_TRUE(rn.decode_step({&one, 1}, {toks.data(), 1}, logits).ok());
+    ASSERT_TRUE(m.runner->decode_step(m.ptrs, toks, logits).ok());
+    ASSERT_TRUE(m.runner->decode_step({&one, 1}, {toks.data(), 1}, logits).ok());
     steps_with_allocs += g_allocs.load() != before;
   }
   // Two decode calls a step: seqs[0] grows 2 tokens a step (100 -> 166), the others 1; each
