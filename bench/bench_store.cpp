@@ -5,14 +5,17 @@
 //     2/8/14 at compress ratio 2 and layer 20 at ratio 1; 288 B main entry + 68 B index key)
 //     are written turn by turn through the real page writer (sessions::store::commit_turn, with
 //     token log, transcript items, aux state and a checkpoint per turn). The figure is the growth
-//     of the database file per context token (WAL checkpointed into the main file: page headers
-//     and SQLite overhead included), against the 890 B/token payload and against bf16 KV of
-//     every layer (40 layers × 512 × 2 B = 40960 B/token).
-// B8: page write throughput (commit_turn per turn + a final WAL checkpoint, which syncs) and
-//     page read throughput (load_checkpoint: every page read through the blob API and its
-//     xxh64 verified), against raw sequential write (write() in 128 KB chunks + one fsync) and
-//     read() of a file of the same bytes into freshly allocated memory, in the same run. Warm
-//     page cache for both reads (dropping caches needs root).
+//     of the store's files per context token: the database (WAL checkpointed into it: SQLite
+//     overhead included) plus the page file `<db>.kvpages` (page headers included), against the
+//     890 B/token payload and against bf16 KV of every layer (40 layers × 512 × 2 B = 40960
+//     B/token).
+// B8: page write throughput (commit_turn per turn: the turn's pages appended to the page file
+//     with one pwritev + one fdatasync, then the SQLite transaction; plus a final WAL
+//     checkpoint, which syncs) and page read throughput (load_checkpoint: every page pread from
+//     the page file and its header, payload xxh64 and row checksum verified), against raw
+//     sequential write (write() in 128 KB chunks + one fsync) and read() of a file of the same
+//     bytes into freshly allocated memory, in the same run. Warm page cache for both reads
+//     (dropping caches needs root).
 //
 // On a shared machine the wall clock also counts other processes, so B8 also reports throughput
 // per CPU-second of this process (user + system), for the store and for the raw baseline.
@@ -143,7 +146,7 @@ std::vector<turn_data> make_turns(const std::vector<uint32_t>& sizes) {
 }
 
 void remove_db(const std::string& p) {
-  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((p + suffix).c_str());
+  for (const char* suffix : {"", "-wal", "-shm", ".kvpages"}) std::remove((p + suffix).c_str());
 }
 
 [[noreturn]] void die(const std::string& what) {
@@ -302,10 +305,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "B8 raw: write %.2f GB/s, read %.2f GB/s (%.1f MB)\n", raw_write, raw_read, gb * 1e3);
 
   for (uint32_t page_size : {4096u, 16384u, 65536u}) {
-    for (blob_write mode : {blob_write::incremental, blob_write::bound}) {
+    {
       store_options opt;
       opt.page_size = page_size;
-      opt.write_mode = mode;
       std::vector<double> w, rd, wc, rc;
       for (int r = 0; r < reps; ++r) {
         session_id id = 0;
@@ -323,8 +325,7 @@ int main(int argc, char** argv) {
         if (!cp->all_pages_ok()) die("a page failed verification in the read benchmark");
         rd.push_back(gb / dt);
       }
-      const std::string config = "page_size=" + std::to_string(page_size) + ";blob_write=" +
-                                 (mode == blob_write::incremental ? "incremental" : "bound") +
+      const std::string config = "page_size=" + std::to_string(page_size) + ";pages=kvpages_file" +
                                  ";turn_tokens=2048;tokens=" + std::to_string(n_tokens) +
                                  ";reps=" + std::to_string(reps);
       const double mw = median(w), mr = median(rd);

@@ -64,6 +64,25 @@ json session_json(const session_info& s) {
   return j;
 }
 
+// The page file's space (whole store): shown by list, show and compact.
+json page_stats_json(const sessions::page_file_stats& p) {
+  return {{"path", p.path},          {"file_bytes", p.file_bytes}, {"live_bytes", p.live_bytes},
+          {"dead_bytes", p.dead_bytes}, {"n_pages", p.n_pages},     {"n_lost_pages", p.n_lost_pages}};
+}
+
+std::string mb(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+void print_page_stats(const sessions::page_file_stats& p) {
+  std::printf("page file %s: %s (%s live in %llu pages, %s dead)%s\n", p.path.c_str(), mb(p.file_bytes).c_str(),
+              mb(p.live_bytes).c_str(), static_cast<unsigned long long>(p.n_pages), mb(p.dead_bytes).c_str(),
+              p.dead_bytes > p.live_bytes && p.dead_bytes > 0 ? "; `cedar sessions compact` reclaims the dead bytes"
+                                                              : "");
+}
+
 // Opens an existing store; never creates one.
 result<std::unique_ptr<store>> open_existing(const std::string& path) {
   if (path.empty())
@@ -100,6 +119,9 @@ int cmd_list(const sessions_args& a) {
                 static_cast<unsigned long long>(s.n_tokens),
                 s.parent ? std::to_string(*s.parent).c_str() : "-", iso_time(s.updated_ms).c_str(),
                 s.agent.c_str());
+  auto space = (*st)->page_stats();
+  if (!space) return fail(space.err());
+  print_page_stats(*space);
   return 0;
 }
 
@@ -142,6 +164,9 @@ int cmd_show(const sessions_args& a) {
       sj.push_back({{"source_layer", layer}, {"pages", ps.pages}, {"entries", ps.entries},
                     {"payload_bytes", ps.entries * entry_bytes}});
     j["kv_sources"] = sj;
+    auto space = s.page_stats();
+    if (!space) return fail(space.err());
+    j["page_file"] = page_stats_json(*space);
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -168,6 +193,10 @@ int cmd_show(const sessions_args& a) {
     std::printf("    source %-3u %6llu pages %9llu entries %12llu B\n", layer,
                 static_cast<unsigned long long>(ps.pages), static_cast<unsigned long long>(ps.entries),
                 static_cast<unsigned long long>(ps.entries * entry_bytes));
+  auto space = s.page_stats();
+  if (!space) return fail(space.err());
+  std::printf("  store       ");
+  print_page_stats(*space);
   return 0;
 }
 
@@ -206,6 +235,23 @@ int cmd_fork(const sessions_args& a) {
   return 0;
 }
 
+int cmd_compact(const sessions_args& a) {
+  auto st = open_existing(a.store_path);
+  if (!st) return fail(st.err());
+  auto before = (*st)->page_stats();
+  if (!before) return fail(before.err());
+  auto after = (*st)->compact_pages();
+  if (!after) return fail(after.err());
+  if (a.json_out) {
+    std::printf("%s\n", json({{"before", page_stats_json(*before)}, {"after", page_stats_json(*after)}}).dump(2).c_str());
+    return 0;
+  }
+  print_page_stats(*after);
+  std::fprintf(stderr, "compacted the page file: %s -> %s\n", mb(before->file_bytes).c_str(),
+               mb(after->file_bytes).c_str());
+  return 0;
+}
+
 int cmd_rm(const sessions_args& a) {
   auto st = open_existing(a.store_path);
   if (!st) return fail(st.err());
@@ -238,7 +284,7 @@ result<std::string> writable_store_path(const std::string& given) {
 void add_sessions_commands(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<sessions_args>();
   args->store_path = default_sessions_store_path();
-  CLI::App* cmd = app.add_subcommand("sessions", "list, show, export, fork and remove stored sessions");
+  CLI::App* cmd = app.add_subcommand("sessions", "list, show, export, fork, remove stored sessions; compact the page file");
   cmd->require_subcommand(1);
   cmd->fallthrough();  // --store may come before or after the verb
   cmd->add_option("--store", args->store_path, "the session store file")
@@ -266,6 +312,11 @@ void add_sessions_commands(CLI::App& app, int* exit_code) {
       ->required();
   fork->add_option("--agent", args->agent, "agent name of the fork (default: the parent's)");
   fork->callback(run(cmd_fork));
+
+  CLI::App* compact = cmd->add_subcommand(
+      "compact", "rewrite the KV page file without the dead bytes of removed sessions");
+  compact->add_flag("--json", args->json_out, "print JSON (page file space before and after)");
+  compact->callback(run(cmd_compact));
 
   CLI::App* rm = cmd->add_subcommand("rm", "remove a session (pages shared with forks stay)");
   rm->add_option("id", args->id, "session id")->required();

@@ -4,8 +4,10 @@
 //   cedar sessions export ID            (the transcript as JSON)
 //   cedar sessions fork ID --at-turn N [--agent NAME]
 //   cedar sessions rm ID
-// every one with --store PATH (default $XDG_DATA_HOME/cedar/sessions.db, else
-// ~/.local/share/cedar/sessions.db). The commands never create a store file.
+//   cedar sessions compact [--json]      (drops the page file's dead bytes)
+// list and show also print the page file's space (live / dead bytes). Every one takes
+// --store PATH (default $XDG_DATA_HOME/cedar/sessions.db, else ~/.local/share/cedar/sessions.db).
+// The commands never create a store file.
 //
 // add_sessions_commands registers the `sessions` sub-command on `app`; its callbacks run while
 // CLI11 parses and write the process exit code to *exit_code (0 ok, 1 failure, 2 bad input).

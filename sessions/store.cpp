@@ -1,6 +1,7 @@
 // sessions/store — the session store on SQLite. Design, diagram and invariants first
 // (SQLite's pager.c is the model); the code follows in data-flow order: open + schema,
-// sessions, commit_turn, fork/remove, loading, invariants.
+// sessions, commit_turn, fork/remove, loading, invariants. The page file's recovery, migration,
+// accounting and compaction are in store_pages.cpp.
 //
 // ── State of one session ─────────────────────────────────────────────────────────────────
 //
@@ -21,11 +22,15 @@
 //   finish_session works from every non-terminal state. remove_session() takes any state to ∅.
 //   fork_session() works from any state, terminal included.
 //
-// ── What one commit_turn writes (one BEGIN IMMEDIATE … COMMIT) ────────────────────────────
+// ── What one commit_turn writes ──────────────────────────────────────────────────────────
 //
+//   BEGIN IMMEDIATE                    (the write lock: also guards the page file's end)
+//   <db>.kvpages   +p pages            pwritev of every new page (64-byte header + main +
+//                                      index, page_format) at the committed end E, then ONE
+//                                      fdatasync; nothing references these bytes yet
 //   transcript_items  +k rows   (seq continues, turn = n_turns)
 //   token_chunks      +1 row    (the turn's new token ids, int32 LE, xxh64)
-//   kv_pages          +p rows   (one blob per page: 64-byte header + main + index, page_format)
+//   kv_pages          +p rows   (header fields + file_offset, file_bytes, payload xxh64)
 //   session_pages     +p rows   (session, source, first_entry) → kv_pages.id
 //   checkpoints       +1 row    (session, n_turns+1, n_tokens)
 //   checkpoint_sources+s rows   (entries per source at the checkpoint)
@@ -33,6 +38,22 @@
 //                               carries the previous checkpoint's rows: its state is unchanged)
 //   turn_timings      +0/1 row  (time to first token, decode time; when the turn generated)
 //   sessions          1 update  (status, n_turns, n_tokens, updated_ms)
+//   COMMIT                             (the pages are committed: their rows are visible)
+//   on any failure: ROLLBACK and the page file truncated back to E (best effort; open() does it
+//   for certain)
+//
+// ── The page file across crashes ─────────────────────────────────────────────────────────
+//
+//        commit_turn: pwritev + fdatasync          COMMIT
+//   CLEAN ─────────────────────────────► TAIL ───────────► CLEAN   (E moves past the new pages)
+//     ▲                                   │ crash / failed turn
+//     │ open(): recover_page_file()       ▼
+//     └──────────────── truncate to E ◄─ TAIL (bytes past E that no row references)
+//
+//   E = max(file_offset + file_bytes) over kv_pages rows (64, the header, when there are none).
+//   compact_pages(): writes <db>.kvpages-compact (live pages only, a new file_id), fdatasync,
+//   COMMIT of the new offsets + file_id, rename over <db>.kvpages. open() renames a leftover
+//   -compact file whose id the database already holds, and deletes one it does not.
 //
 // ── Invariants (checked by check_invariants(); asserted after every write in debug builds) ──
 //
@@ -40,6 +61,8 @@
 //      checkpoints, checkpoint_sources, checkpoint_aux and turn_timings are never updated; only
 //      remove_session() deletes them. A turn never rewrites history. (Triggers make an UPDATE
 //      of transcript_items, token_chunks, checkpoints or turn_timings fail in the database.)
+//      Exception: a page's location (kv_pages.file_offset) moves in compact_pages() and the
+//      schema-3 migration, and is cleared when the page file is lost; never its content.
 //   2. A turn is atomic: after any crash a session is exactly the state after some committed
 //      turn (WAL + one transaction per turn). Readers never see half a turn.
 //   3. The token chunks of a session tile [0, sessions.n_tokens) with no gap or overlap, each
@@ -54,8 +77,17 @@
 //   7. Every kv_pages row is referenced by at least one session_pages row (no orphan pages;
 //      a page shared by forks lives until its last session is removed).
 //   8. Session status follows the diagram above; terminal sessions receive no turn.
+//   9. Page bytes before rows: a kv_pages row commits only after its bytes were written and
+//      fdatasync'ed to the page file (commit_turn, compact_pages, the migration). A crash
+//      leaves at most unreferenced bytes past the committed end, never a row without bytes.
+//  10. Page file extent: kv_pages rows hold file_bytes = 64 + n_entries·entry_bytes at
+//      file_offset ≥ 64, do not overlap, and end at or before the committed end E; the file's
+//      header id equals page_file.file_id; after open() the file is exactly E bytes long (it
+//      is truncated to E under the write lock). A row whose bytes were lost with the page file
+//      has file_offset NULL and loads as a missing page.
 //   Page bytes (header, model hash, checksum) are not an invariant of the database: disks
-//   corrupt them, so load_checkpoint() verifies every page and reports a per-page status.
+//   corrupt them, so load_checkpoint() verifies every page (pread, header, payload xxh64, the
+//   row's xxh64) and reports a per-page status.
 //
 // SWA state is never stored. The token log and transcript are the source of truth; pages are
 // a cache of them that the executor can always rebuild by re-prefilling.
@@ -67,8 +99,10 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -79,7 +113,7 @@ namespace cedar::sessions {
 namespace {
 
 // Schema version written to PRAGMA user_version; application_id marks a cedar store ("CEDR").
-constexpr int64_t schema_version = 2;
+constexpr int64_t schema_version = 3;
 constexpr int64_t application_id = 0x43454452;
 
 // Migration i takes the schema from version i to i+1. Append, never edit.
@@ -192,6 +226,19 @@ CREATE TABLE turn_timings(
 CREATE TRIGGER turn_timings_append_only BEFORE UPDATE ON turn_timings
   BEGIN SELECT RAISE(ABORT, 'turn_timings are append-only'); END;
 ALTER TABLE sessions ADD COLUMN agent_options TEXT NOT NULL DEFAULT '';
+)sql",
+    // 2 → 3: page bytes move out of kv_pages.bytes into the page file <db>.kvpages; the row
+    // keeps where they lie and the payload xxh64 (the header's). kv_pages.bytes stays as an
+    // empty blob (its NOT NULL cannot be dropped in place). store::migrate() then moves the
+    // existing blobs into the page file in the same transaction (move_blobs_to_page_file).
+    R"sql(
+CREATE TABLE page_file(
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  file_id INTEGER NOT NULL);
+ALTER TABLE kv_pages ADD COLUMN file_offset INTEGER;
+ALTER TABLE kv_pages ADD COLUMN file_bytes INTEGER;
+ALTER TABLE kv_pages ADD COLUMN xxh64 INTEGER;
+CREATE INDEX kv_pages_by_offset ON kv_pages(file_offset);
 )sql",
 };
 static_assert(std::size(migrations) == schema_version);
@@ -345,8 +392,7 @@ status store::init(const std::string& path, const store_options& opt) {
   if (opt.page_size < 512 || opt.page_size > 65536 || (opt.page_size & (opt.page_size - 1)))
     return make_error(errc::invalid_argument, "store page_size " + std::to_string(opt.page_size) +
                                                   " must be a power of two in [512, 65536]");
-  if (opt.blob_chunk_bytes == 0)
-    return make_error(errc::invalid_argument, "store blob_chunk_bytes must be > 0");
+  page_path_ = path + ".kvpages";
   CEDAR_TRY(db_.open(path));
   sqlite3_busy_timeout(db_.handle(), opt.busy_timeout_ms);
 
@@ -381,8 +427,8 @@ status store::init(const std::string& path, const store_options& opt) {
   mode->reset();
   CEDAR_TRY(db_.exec("PRAGMA synchronous=NORMAL"));
   CEDAR_TRY(db_.exec("PRAGMA foreign_keys=ON"));
-  // A turn's pages (~1.8 MB for 2K tokens) must fit the page cache, else SQLite spills dirty
-  // pages to the WAL mid-transaction and writes them twice. Reads go through a memory map.
+  // A turn's rows (aux state included) stay in the page cache until COMMIT; reads go through a
+  // memory map.
   CEDAR_TRY(db_.exec("PRAGMA cache_size=-65536"));
   CEDAR_TRY(db_.exec("PRAGMA mmap_size=1073741824"));
   if (opt.max_page_count > 0) {
@@ -397,19 +443,23 @@ status store::migrate() {
   CEDAR_TRY(tx.begin());
   auto version = db_.query_int("PRAGMA user_version");  // re-read under the write lock
   if (!version) return version.take_err();
-  if (*version == schema_version) return tx.commit();
-  for (int64_t v = *version; v < schema_version; ++v) CEDAR_TRY(db_.exec(migrations[v]));
-  const std::string uv = "PRAGMA user_version=" + std::to_string(schema_version);
-  CEDAR_TRY(db_.exec(uv.c_str()));
-  const std::string ai = "PRAGMA application_id=" + std::to_string(application_id);
-  CEDAR_TRY(db_.exec(ai.c_str()));
+  if (*version < schema_version) {
+    for (int64_t v = *version; v < schema_version; ++v) CEDAR_TRY(db_.exec(migrations[v]));
+    if (*version < 3) CEDAR_TRY(move_blobs_to_page_file());
+    const std::string uv = "PRAGMA user_version=" + std::to_string(schema_version);
+    CEDAR_TRY(db_.exec(uv.c_str()));
+    const std::string ai = "PRAGMA application_id=" + std::to_string(application_id);
+    CEDAR_TRY(db_.exec(ai.c_str()));
+  }
+  // Under the same write lock: no other process is between its page write and its COMMIT.
+  CEDAR_TRY(recover_page_file());
   return tx.commit();
 }
 
 uint64_t store::file_bytes() const {
   uint64_t total = 0;
   struct stat st;
-  for (const std::string& p : {db_.path(), db_.path() + "-wal"})
+  for (const std::string& p : {db_.path(), db_.path() + "-wal", page_path_})
     if (::stat(p.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
   return total;
 }
@@ -478,75 +528,28 @@ status store::finish_session(session_id id, session_status final_status) {
 
 // ── commit_turn ──────────────────────────────────────────────────────────────────────────
 
-status store::write_page(const page_write& p, session_id id, uint32_t turn, uint64_t model_hash,
-                         const page_geometry& g, uint64_t* bytes_written) {
-  page_header h;
-  h.model_hash = model_hash;
-  h.source_layer = p.source_layer;
-  h.geometry = g;
-  h.first_entry = p.first_entry;
-  h.n_entries = p.n_entries;
-  const uint64_t total = h.total_bytes();
+namespace {
 
-  auto ins = db_.prepare(
-      "INSERT INTO kv_pages(model_hash, source_layer, first_entry, n_entries, bytes) "
-      "VALUES (?,?,?,?,?)");
-  if (!ins) return ins.take_err();
-  ins->bind(1, as_i64(model_hash)).bind(2, int64_t{p.source_layer});
-  ins->bind(3, static_cast<int64_t>(p.first_entry)).bind(4, int64_t{p.n_entries});
+// One page of a turn on its way to the page file: the encoded header and where it goes.
+struct staged_page {
+  const page_write* in = nullptr;
+  uint8_t header[page_header_bytes];
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  uint64_t payload_xxh64 = 0;
+};
 
-  if (opt_.write_mode == blob_write::bound) {
-    auto page = encode_page(h, p.main, p.index);
-    if (!page) return page.take_err();
-    ins->bind_blob_static(5, *page);
-    CEDAR_TRY(ins->exec());
-  } else {
-    // zeroblob, then the header and payload through the incremental blob API in chunks.
-    XXH64_state_t* st = XXH64_createState();
-    XXH64_reset(st, 0);
-    XXH64_update(st, p.main.data(), p.main.size());
-    XXH64_update(st, p.index.data(), p.index.size());
-    h.payload_xxh64 = XXH64_digest(st);
-    XXH64_freeState(st);
-    ins->bind_zeroblob(5, static_cast<int64_t>(total));
-    CEDAR_TRY(ins->exec());
-    const int64_t row = db_.last_rowid();
-    sqlite3_blob* blob = nullptr;
-    int rc = sqlite3_blob_open(db_.handle(), "main", "kv_pages", "bytes", row, 1, &blob);
-    if (rc != SQLITE_OK) {
-      sqlite3_blob_close(blob);
-      return db_.last_error(rc, "cannot open a kv page blob for writing");
-    }
-    uint8_t header[page_header_bytes];
-    encode_page_header(h, header);
-    rc = sqlite3_blob_write(blob, header, page_header_bytes, 0);
-    int64_t off = page_header_bytes;
-    for (std::span<const uint8_t> part : {p.main, p.index}) {
-      for (size_t i = 0; rc == SQLITE_OK && i < part.size(); i += opt_.blob_chunk_bytes) {
-        const size_t n = std::min<size_t>(opt_.blob_chunk_bytes, part.size() - i);
-        rc = sqlite3_blob_write(blob, part.data() + i, static_cast<int>(n), static_cast<int>(off));
-        off += static_cast<int64_t>(n);
-      }
-    }
-    if (rc != SQLITE_OK) {
-      error e = db_.last_error(rc, "cannot write a kv page blob");
-      sqlite3_blob_close(blob);
-      return e;
-    }
-    rc = sqlite3_blob_close(blob);
-    if (rc != SQLITE_OK) return db_.last_error(rc, "cannot close a kv page blob");
-  }
-  const int64_t page_row = db_.last_rowid();
-  auto map = db_.prepare(
-      "INSERT INTO session_pages(session_id, source_layer, first_entry, n_entries, turn, page_id) "
-      "VALUES (?,?,?,?,?,?)");
-  if (!map) return map.take_err();
-  map->bind(1, id).bind(2, int64_t{p.source_layer}).bind(3, static_cast<int64_t>(p.first_entry));
-  map->bind(4, int64_t{p.n_entries}).bind(5, int64_t{turn}).bind(6, page_row);
-  CEDAR_TRY(map->exec());
-  *bytes_written += total;
-  return {};
+uint64_t payload_checksum(std::span<const uint8_t> main, std::span<const uint8_t> index) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  XXH64_update(st, main.data(), main.size());
+  XXH64_update(st, index.data(), index.size());
+  const uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
 }
+
+}  // namespace
 
 result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
   if (!turn_target_ok(turn.status_after))
@@ -621,6 +624,56 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
   receipt.turn = turn_index;
   receipt.n_tokens = n_tokens_after;
 
+  // Page bytes first: every new page at the committed end E in one pwritev, one fdatasync
+  // (invariant 9). Until COMMIT no row references them; on any failure below they are cut off.
+  std::vector<staged_page> staged;
+  for (const page_write& p : turn.pages)
+    if (p.n_entries > 0) {
+      staged.emplace_back();
+      staged.back().in = &p;
+    }
+  struct tail_guard {
+    page_file* f = nullptr;
+    uint64_t end = 0;
+    bool armed = false;
+    ~tail_guard() {
+      if (armed) (void)f->truncate(end);  // best effort: open() truncates to E in any case
+    }
+  } tail{&pages_};
+  if (!staged.empty()) {
+    CEDAR_TRY(ensure_page_file());
+    auto end = committed_end();
+    if (!end) return end.take_err();
+    std::vector<iovec> parts;
+    parts.reserve(3 * staged.size());
+    uint64_t at = *end;
+    for (staged_page& sp : staged) {
+      const page_write& p = *sp.in;
+      page_header h;
+      h.model_hash = info.model_hash;
+      h.source_layer = p.source_layer;
+      h.geometry = g;
+      h.first_entry = p.first_entry;
+      h.n_entries = p.n_entries;
+      h.payload_xxh64 = sp.payload_xxh64 = payload_checksum(p.main, p.index);
+      encode_page_header(h, sp.header);
+      sp.offset = at;
+      sp.bytes = h.total_bytes();
+      at += sp.bytes;
+      parts.push_back({sp.header, page_header_bytes});
+      parts.push_back({const_cast<uint8_t*>(p.main.data()), p.main.size()});
+      parts.push_back({const_cast<uint8_t*>(p.index.data()), p.index.size()});
+    }
+    if (opt_.max_page_file_bytes > 0 && at > opt_.max_page_file_bytes)
+      return make_error(errc::io, pages_.path() + ": page file full: this turn's pages would grow it to " +
+                                      std::to_string(at) + " bytes, over its size limit of " +
+                                      std::to_string(opt_.max_page_file_bytes) + " (store_options.max_page_file_bytes)");
+    tail.end = *end;
+    tail.armed = true;
+    CEDAR_TRY(pages_.write_at(*end, parts));
+    CEDAR_TRY(pages_.sync());
+  }
+
   // Transcript items.
   {
     auto next = db_.prepare("SELECT COALESCE(MAX(seq)+1, 0) FROM transcript_items WHERE session_id=?");
@@ -652,10 +705,28 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
     ins->bind(5, as_i64(checksum64(packed))).bind_blob_static(6, packed);
     CEDAR_TRY(ins->exec());
   }
-  // KV pages.
-  for (const page_write& p : turn.pages) {
-    if (p.n_entries == 0) continue;
-    CEDAR_TRY(write_page(p, id, turn_index, info.model_hash, g, &receipt.page_bytes));
+  // KV pages: the rows; their bytes are already synced in the page file (invariant 9).
+  if (!staged.empty()) {
+    auto ins = db_.prepare(
+        "INSERT INTO kv_pages(model_hash, source_layer, first_entry, n_entries, bytes, file_offset, "
+        "file_bytes, xxh64) VALUES (?,?,?,?,?,?,?,?)");
+    if (!ins) return ins.take_err();
+    auto map = db_.prepare(
+        "INSERT INTO session_pages(session_id, source_layer, first_entry, n_entries, turn, page_id) "
+        "VALUES (?,?,?,?,?,?)");
+    if (!map) return map.take_err();
+    for (const staged_page& sp : staged) {
+      const page_write& p = *sp.in;
+      ins->bind(1, as_i64(info.model_hash)).bind(2, int64_t{p.source_layer});
+      ins->bind(3, static_cast<int64_t>(p.first_entry)).bind(4, int64_t{p.n_entries});
+      ins->bind_blob(5, {}).bind(6, static_cast<int64_t>(sp.offset)).bind(7, static_cast<int64_t>(sp.bytes));
+      ins->bind(8, as_i64(sp.payload_xxh64));
+      CEDAR_TRY(ins->exec());
+      map->bind(1, id).bind(2, int64_t{p.source_layer}).bind(3, static_cast<int64_t>(p.first_entry));
+      map->bind(4, int64_t{p.n_entries}).bind(5, int64_t{turn_index}).bind(6, db_.last_rowid());
+      CEDAR_TRY(map->exec());
+      receipt.page_bytes += sp.bytes;
+    }
   }
   // Checkpoint: the session after this turn, every page of which is written above or earlier.
   {
@@ -715,6 +786,7 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
     CEDAR_TRY(up->exec());
   }
   CEDAR_TRY(tx.commit());
+  tail.armed = false;
   CEDAR_TRY(assert_invariants(id));
   return receipt;
 }
@@ -1027,10 +1099,12 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
 
   const page_geometry& g = out.session.geometry;
   auto pages = db_.prepare(
-      "SELECT first_entry, n_entries, page_id FROM session_pages WHERE session_id=? AND "
-      "source_layer=? AND first_entry<? ORDER BY first_entry");
+      "SELECT sp.first_entry, sp.n_entries, sp.page_id, k.id, k.file_offset, k.file_bytes, k.xxh64 "
+      "FROM session_pages sp LEFT JOIN kv_pages k ON k.id=sp.page_id WHERE sp.session_id=? AND "
+      "sp.source_layer=? AND sp.first_entry<? ORDER BY sp.first_entry");
   if (!pages) return pages.take_err();
-  sqlite3_blob* blob = nullptr;
+  // The page file this snapshot names; when it cannot be opened every page reports why.
+  const status file_ok = ensure_page_file();
   for (loaded_source& src : out.sources) {
     pages->bind(1, id).bind(2, int64_t{src.source_layer}).bind(3, static_cast<int64_t>(src.n_entries));
     uint64_t covered = 0;
@@ -1045,10 +1119,7 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
     };
     for (;;) {
       auto rr = pages->step();
-      if (!rr) {
-        sqlite3_blob_close(blob);
-        return rr.take_err();
-      }
+      if (!rr) return rr.take_err();
       if (!*rr) break;
       loaded_page lp;
       lp.source_layer = src.source_layer;
@@ -1058,36 +1129,51 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
       const int64_t page_row = pages->col_int(2);
       if (lp.first_entry > covered) missing(covered, lp.first_entry);
       covered = std::max(covered, lp.first_entry + lp.n_entries);
-      int rc = blob ? sqlite3_blob_reopen(blob, page_row)
-                    : sqlite3_blob_open(db_.handle(), "main", "kv_pages", "bytes", page_row, 0, &blob);
-      if (rc != SQLITE_OK) {
-        // The row is gone or its blob unreadable: report the page, keep going.
-        if (blob) sqlite3_blob_close(blob);
-        blob = nullptr;
+      const std::string where = "kv_pages row " + std::to_string(page_row);
+      if (pages->col_is_null(3) || pages->col_is_null(4) || !file_ok) {
+        // The row is gone, its bytes were lost with the page file, or the file cannot be read.
         lp.status = page_status::missing;
-        lp.detail = "kv_pages row " + std::to_string(page_row) + " unreadable: " +
-                    sqlite3_errmsg(db_.handle());
+        lp.detail = pages->col_is_null(3)   ? where + " is gone"
+                    : pages->col_is_null(4) ? where + ": its bytes were lost with the page file"
+                                            : where + ": " + file_ok.err().message;
         src.pages.push_back(std::move(lp));
         continue;
       }
-      const int n = sqlite3_blob_bytes(blob);
-      lp.bytes.resize(static_cast<size_t>(n));
-      rc = sqlite3_blob_read(blob, lp.bytes.data(), n, 0);
-      if (rc != SQLITE_OK) {
-        error e = db_.last_error(rc, "cannot read a kv page");
-        sqlite3_blob_close(blob);
-        return e;
+      const uint64_t offset = static_cast<uint64_t>(pages->col_int(4));
+      const uint64_t n = static_cast<uint64_t>(pages->col_int(5));
+      const uint64_t row_xxh = as_u64(pages->col_int(6));
+      if (n > (uint64_t{1} << 40)) {
+        lp.status = page_status::layout_mismatch;
+        lp.detail = where + ": file_bytes " + std::to_string(n) + " is not a page size";
+        src.pages.push_back(std::move(lp));
+        continue;
       }
+      lp.bytes.resize(static_cast<size_t>(n));
+      auto got = pages_.read_at(offset, lp.bytes.data(), n);
+      if (!got) {  // an I/O error is this page's problem, not the session's
+        lp.bytes.clear();
+        lp.status = page_status::missing;
+        lp.detail = where + ": " + got.err().message;
+        src.pages.push_back(std::move(lp));
+        continue;
+      }
+      lp.bytes.resize(static_cast<size_t>(*got));  // short at the end of the file: truncated
       page_check c = verify_page(lp.bytes, out.session.model_hash, src.source_layer, lp.first_entry,
                                  lp.n_entries, g);
       lp.status = c.status;
-      lp.detail = std::move(c.detail);
+      if (c.status != page_status::ok) {
+        lp.detail = pages_.path() + " at offset " + std::to_string(offset) + " (" + where + "): " + c.detail;
+      } else if (c.header.payload_xxh64 != row_xxh || *got != n) {
+        // A well-formed page, but not the one the row recorded (e.g. bytes moved under it).
+        lp.status = page_status::checksum;
+        lp.detail = pages_.path() + " at offset " + std::to_string(offset) + " (" + where +
+                    "): the page there is not the one the row recorded (payload xxh64 differs)";
+      }
       src.pages.push_back(std::move(lp));
     }
     pages->reset();
     if (covered < src.n_entries) missing(covered, src.n_entries);
   }
-  if (blob) sqlite3_blob_close(blob);
   return out;
 }
 
@@ -1204,6 +1290,46 @@ status store::check_invariants(session_id id) {
     if (!orphans) return orphans.take_err();
     if (*orphans != 0)
       return invariant_error(id, 7, std::to_string(*orphans) + " kv pages belong to no session");
+  }
+  // 10. The session's pages lie inside the page file, sized as their entries say, and (global)
+  // no two pages overlap, the last ending at the committed end, within the file.
+  {
+    auto s = db_.prepare(
+        "SELECT k.id, k.file_offset, k.file_bytes, k.n_entries FROM session_pages sp JOIN kv_pages k "
+        "ON k.id=sp.page_id WHERE sp.session_id=? AND k.file_offset IS NOT NULL");
+    if (!s) return s.take_err();
+    s->bind(1, id);
+    for (;;) {
+      auto r = s->step();
+      if (!r) return r.take_err();
+      if (!*r) break;
+      const uint64_t off = static_cast<uint64_t>(s->col_int(1)), n = static_cast<uint64_t>(s->col_int(2));
+      if (off < page_file_header_bytes || n != page_header_bytes + static_cast<uint64_t>(s->col_int(3)) *
+                                                                       info.geometry.entry_bytes())
+        return invariant_error(id, 10, "kv_pages row " + std::to_string(s->col_int(0)) + " at offset " +
+                                           std::to_string(off) + " holds " + std::to_string(n) +
+                                           " bytes, not a page of its entries inside the page file");
+    }
+    auto all = db_.prepare(
+        "SELECT id, file_offset, file_bytes FROM kv_pages WHERE file_offset IS NOT NULL ORDER BY file_offset");
+    if (!all) return all.take_err();
+    uint64_t prev_end = page_file_header_bytes;
+    for (;;) {
+      auto r = all->step();
+      if (!r) return r.take_err();
+      if (!*r) break;
+      const uint64_t off = static_cast<uint64_t>(all->col_int(1));
+      if (off < prev_end)
+        return invariant_error(id, 10, "kv_pages row " + std::to_string(all->col_int(0)) + " at offset " +
+                                           std::to_string(off) + " overlaps the page before it");
+      prev_end = off + static_cast<uint64_t>(all->col_int(2));
+    }
+    CEDAR_TRY(ensure_page_file());
+    auto size = pages_.size();
+    if (!size) return size.take_err();
+    if (prev_end > *size)
+      return invariant_error(id, 10, pages_.path() + " holds " + std::to_string(*size) +
+                                         " bytes; its committed pages end at " + std::to_string(prev_end));
   }
   // 8. A terminal session's status is consistent (the diagram has no way back).
   if ((info.n_turns == 0 && info.status != session_status::created &&

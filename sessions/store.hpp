@@ -1,17 +1,22 @@
 // sessions/store — the session store: sessions, their append-only transcript and token log, the
-// FP4 global-KV pages of each KV source, and checkpoints, in one SQLite file (WAL mode).
+// FP4 global-KV pages of each KV source, and checkpoints. SQLite (WAL mode) holds every row; the
+// page bytes live in an append-only page file beside it (`<db>.kvpages`, page_file.hpp), each
+// kv_pages row holding the page's (file_offset, file_bytes, xxh64).
 //
-// Owns: one SQLite connection. Exactly one owner (the store actor, ARCHITECTURE.md); not
-// thread-safe. Does not: know the model (pages are opaque entries of a `page_geometry`), hold SWA
-// state (never persisted), decide between replay and re-prefill (the executor does, from the
-// per-page status that load_checkpoint reports).
+// Owns: one SQLite connection and the page file's descriptor. Exactly one owner (the store
+// actor, ARCHITECTURE.md); not thread-safe. Other processes may open the same store (the CLI):
+// writes are serialised by SQLite's write lock, which also guards the page file's end. Does not:
+// know the model (pages are opaque entries of a `page_geometry`), hold SWA state (never
+// persisted), decide between replay and re-prefill (the executor does, from the per-page status
+// that load_checkpoint reports).
 //
 // The state diagram of a session and the numbered invariants are drawn at the top of store.cpp.
 //
-// Durability: WAL with synchronous=NORMAL. A commit_turn that returned ok survives a crash or
-// SIGKILL of the process; after a power loss or OS crash the database is still consistent (every
-// turn is all or nothing) but the last turns committed since the last WAL sync may be rolled
-// back. Readers never see half a turn.
+// Durability: a turn's page bytes are fdatasync'ed before the transaction that references them
+// commits; SQLite runs WAL with synchronous=NORMAL. A commit_turn that returned ok survives a
+// crash or SIGKILL of the process; after a power loss or OS crash the store is still consistent
+// (every turn is all or nothing) but the last turns committed since the last WAL sync may be
+// rolled back. Readers never see half a turn.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "kernels/base/result.hpp"
+#include "sessions/page_file.hpp"
 #include "sessions/page_format.hpp"
 #include "sessions/sqlite_db.hpp"
 
@@ -123,19 +129,31 @@ struct turn_receipt {
   uint64_t page_bytes = 0;   // bytes of KV pages written (headers included)
 };
 
-// How page blobs are written: through the incremental blob API in chunks (zeroblob + write),
-// or bound whole to the INSERT. bench_store measures both; `incremental` is the default.
-enum class blob_write { incremental, bound };
-
 struct store_options {
-  // SQLite page size of a new file. 4096 keeps the file within ~3% of the 890 B/token payload
-  // for agent-like turns (bench_store: 920 B/token at 4 KB, 976 at 64 KB, whose partly filled
-  // leaf and overflow pages cost more); read/write speed differed little between them.
+  // SQLite page size of a new file. The database holds only rows (the page bytes are in the
+  // page file), so 4096 keeps it small.
   uint32_t page_size = 4096;
   int busy_timeout_ms = 5000;
-  uint64_t max_page_count = 0;        // PRAGMA max_page_count when > 0 (a size limit)
-  blob_write write_mode = blob_write::incremental;
-  uint32_t blob_chunk_bytes = 128 * 1024;  // 64–256 KB chunks (BENCHMARKS B8)
+  uint64_t max_page_count = 0;       // PRAGMA max_page_count when > 0 (a size limit of the database)
+  uint64_t max_page_file_bytes = 0;  // size limit of the page file when > 0: a turn that would
+                                     // grow it beyond fails as a full disk would (errc::io)
+};
+
+// Space used by the page file (`cedar sessions list`, compact_pages).
+struct page_file_stats {
+  std::string path;
+  uint64_t file_bytes = 0;     // size on disk
+  uint64_t live_bytes = 0;     // bytes of the pages some session references
+  uint64_t dead_bytes = 0;     // bytes past the header that no row references (removed pages)
+  uint64_t n_pages = 0;        // kv_pages rows with bytes in the file
+  uint64_t n_lost_pages = 0;   // rows whose bytes were lost with a missing page file
+};
+
+// Where one page's bytes lie (tests, diagnostics).
+struct page_location {
+  std::string path;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
 };
 
 struct checkpoint_info {
@@ -192,7 +210,8 @@ class store {
   status finish_session(session_id id, session_status final_status);
   // A new session holding the parent's first `n_turns` turns; KV pages are shared, not copied.
   result<session_id> fork_session(session_id parent, uint32_t n_turns, std::string_view agent = {});
-  // Deletes a session; pages still used by a fork stay (they are shared by reference).
+  // Deletes a session; pages still used by a fork stay (they are shared by reference). The
+  // bytes of the pages it frees stay in the page file as dead bytes until compact_pages().
   status remove_session(session_id id);
 
   result<session_info> get_session(session_id id);
@@ -217,8 +236,15 @@ class store {
   status check_invariants(session_id id);
   // Checkpoints the WAL into the main file (TRUNCATE), e.g. before measuring the file size.
   status checkpoint_wal();
-  // Bytes on disk: the main file plus its -wal file.
+  // Bytes on disk: the main file, its -wal file and the page file.
   uint64_t file_bytes() const;
+  const std::string& page_file_path() const { return page_path_; }
+  result<page_file_stats> page_stats();
+  // Rewrites the page file with only the live pages (dead bytes of removed sessions dropped):
+  // a new file beside it, synced, then the rows re-pointed in one transaction, then renamed over
+  // the old one (a crash at any point leaves the old or the new file in use, never a mix; open()
+  // finishes an interrupted rename). Holds the write lock throughout. Returns the stats after.
+  result<page_file_stats> compact_pages();
   const std::string& path() const { return db_.path(); }
 
   // The page references of a session, in (source, entry) order; `page_row` is the kv_pages
@@ -231,17 +257,23 @@ class store {
     int64_t page_row = 0;
   };
   result<std::vector<page_ref>> page_refs(session_id id);
+  // Where the bytes of kv_pages row `page_row` lie in the page file.
+  result<page_location> locate_page(int64_t page_row);
 
  private:
   store() = default;
   status init(const std::string& path, const store_options& opt);
   status migrate();
-  status write_page(const page_write& p, session_id id, uint32_t turn, uint64_t model_hash,
-                    const page_geometry& g, uint64_t* bytes_written);
+  status move_blobs_to_page_file();
+  status recover_page_file();
+  status ensure_page_file();
+  result<uint64_t> committed_end();
   status assert_invariants(session_id id);
 
   db db_;
   store_options opt_;
+  std::string page_path_;  // <db path>.kvpages
+  page_file pages_;
 };
 
 }  // namespace cedar::sessions

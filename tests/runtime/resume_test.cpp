@@ -11,7 +11,9 @@
 // top-1 agreement and max |logit difference| of the next 64 tokens against an exact resume.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -128,21 +130,28 @@ std::vector<int32_t> text_ids(const model::tokenizer& tok, const std::string& te
   return ids.ok() ? *ids : std::vector<int32_t>{};
 }
 
-// Runs `sql`-selected kv page blob through `edit` in a second SQLite connection on the store's
-// file (as a disk fault or another process would).
+// Runs the bytes of kv page `page_row` through `edit` in place in the store's page file
+// (<db>.kvpages), as a disk fault or another process would.
 template <class F>
 void edit_page_blob(const std::string& path, int64_t page_row, F edit) {
   sqlite3* h = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &h), SQLITE_OK);
-  sqlite3_busy_timeout(h, 5000);
-  sqlite3_blob* b = nullptr;
-  ASSERT_EQ(sqlite3_blob_open(h, "main", "kv_pages", "bytes", page_row, 1, &b), SQLITE_OK) << sqlite3_errmsg(h);
-  std::vector<uint8_t> bytes(size_t(sqlite3_blob_bytes(b)));
-  ASSERT_EQ(sqlite3_blob_read(b, bytes.data(), int(bytes.size()), 0), SQLITE_OK);
-  edit(bytes);
-  ASSERT_EQ(sqlite3_blob_write(b, bytes.data(), int(bytes.size()), 0), SQLITE_OK) << sqlite3_errmsg(h);
-  sqlite3_blob_close(b);
+  sqlite3_stmt* s = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(h, "SELECT file_offset, file_bytes FROM kv_pages WHERE id=?", -1, &s, nullptr),
+            SQLITE_OK) << sqlite3_errmsg(h);
+  sqlite3_bind_int64(s, 1, page_row);
+  const bool found = sqlite3_step(s) == SQLITE_ROW;
+  const off_t offset = found ? off_t(sqlite3_column_int64(s, 0)) : 0;
+  std::vector<uint8_t> bytes(found ? size_t(sqlite3_column_int64(s, 1)) : 0);
+  sqlite3_finalize(s);
   sqlite3_close(h);
+  ASSERT_TRUE(found) << "no kv_pages row " << page_row;
+  const int fd = ::open((path + ".kvpages").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pread(fd, bytes.data(), bytes.size(), offset), ssize_t(bytes.size()));
+  edit(bytes);
+  ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), offset), ssize_t(bytes.size()));
+  ::close(fd);
 }
 
 void exec_sql(const std::string& path, const std::string& sql) {

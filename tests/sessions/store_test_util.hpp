@@ -7,10 +7,13 @@
 // a hash of (seed, source, entry, byte), never zeros.
 #pragma once
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -141,6 +144,62 @@ inline int64_t raw_int(const std::string& path, const std::string& sql) {
   }
   sqlite3_close(h);
   return v;
+}
+
+// Reads or rewrites bytes of the page file in place (a disk fault, as another process would).
+inline std::vector<uint8_t> read_at(const std::string& path, uint64_t offset, uint64_t n) {
+  std::vector<uint8_t> out(n);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  const ssize_t got = fd >= 0 ? ::pread(fd, out.data(), n, static_cast<off_t>(offset)) : -1;
+  if (fd >= 0) ::close(fd);
+  out.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return out;
+}
+inline bool write_at(const std::string& path, uint64_t offset, const std::vector<uint8_t>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  const ssize_t n = fd >= 0 ? ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)) : -1;
+  if (fd >= 0) ::close(fd);
+  return n == static_cast<ssize_t>(bytes.size());
+}
+inline uint64_t size_of(const std::string& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<uint64_t>(n);
+}
+
+// Turns a closed schema-3 store back into what cedar wrote at schema version 2: every page's
+// bytes back inline in kv_pages.bytes, the page-file columns, index and table gone, no page file.
+// Returns false (with nothing guaranteed) when a step fails.
+inline bool downgrade_to_schema2(const std::string& path) {
+  const std::string pages = path + ".kvpages";
+  sqlite3* h = nullptr;
+  if (sqlite3_open(path.c_str(), &h) != SQLITE_OK) return false;
+  bool ok = sqlite3_exec(h, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
+  std::vector<std::array<int64_t, 3>> rows;  // id, offset, bytes
+  sqlite3_stmt* s = nullptr;
+  ok = ok && sqlite3_prepare_v2(h, "SELECT id, file_offset, file_bytes FROM kv_pages", -1, &s, nullptr) == SQLITE_OK;
+  while (ok && sqlite3_step(s) == SQLITE_ROW)
+    rows.push_back({sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2)});
+  sqlite3_finalize(s);
+  s = nullptr;
+  ok = ok && sqlite3_prepare_v2(h, "UPDATE kv_pages SET bytes=? WHERE id=?", -1, &s, nullptr) == SQLITE_OK;
+  for (const auto& r : rows) {
+    if (!ok) break;
+    const auto b = read_at(pages, static_cast<uint64_t>(r[1]), static_cast<uint64_t>(r[2]));
+    sqlite3_bind_blob64(s, 1, b.data(), b.size(), SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, r[0]);
+    ok = sqlite3_step(s) == SQLITE_DONE && b.size() == static_cast<uint64_t>(r[2]);
+    sqlite3_reset(s);
+  }
+  sqlite3_finalize(s);
+  ok = ok && sqlite3_exec(h,
+                          "DROP INDEX kv_pages_by_offset; ALTER TABLE kv_pages DROP COLUMN file_offset; "
+                          "ALTER TABLE kv_pages DROP COLUMN file_bytes; ALTER TABLE kv_pages DROP COLUMN xxh64; "
+                          "DROP TABLE page_file; PRAGMA user_version=2; COMMIT",
+                          nullptr, nullptr, nullptr) == SQLITE_OK;
+  sqlite3_close(h);
+  std::remove(pages.c_str());
+  return ok;
 }
 
 }  // namespace cedar::sessions::test

@@ -91,10 +91,15 @@ TEST(store, new_file_has_wal_schema_version_and_foreign_keys) {
   test::temp_dir dir;
   const std::string path = dir.file("s.db");
   { auto st = open_store(path); ASSERT_TRUE(st); }
-  EXPECT_EQ(test::raw_int(path, "PRAGMA user_version"), 2);
+  EXPECT_EQ(test::raw_int(path, "PRAGMA user_version"), 3);
   EXPECT_EQ(test::raw_int(path, "PRAGMA application_id"), 0x43454452);
   EXPECT_EQ(test::raw_int(path, "PRAGMA page_size"), 4096);
-  EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='table'"), 9);
+  EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='table'"), 10);
+  // The page file beside it: only its 64-byte header, whose id the database records.
+  EXPECT_EQ(test::size_of(path + ".kvpages"), page_file_header_bytes);
+  auto id = page_file::read_id(path + ".kvpages");
+  ASSERT_TRUE(id.ok()) << id.err().message;
+  EXPECT_EQ(uint64_t(test::raw_int(path, "SELECT file_id FROM page_file")), *id);
   EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE type='trigger'"), 4);
   // journal_mode=WAL is persistent in the file.
   sqlite3* h = nullptr;
@@ -165,25 +170,45 @@ TEST(store, load_at_or_before_picks_the_earlier_checkpoint_and_its_pages) {
   for (const auto& s : light->sources) EXPECT_TRUE(s.pages.empty());
 }
 
-TEST(store, bound_and_incremental_blob_writes_store_identical_pages) {
+TEST(store, pages_are_appended_to_the_page_file_and_rows_point_at_them) {
   test::temp_dir dir;
-  std::vector<std::vector<uint8_t>> pages[2];
-  for (int mode = 0; mode < 2; ++mode) {
-    store_options opt;
-    opt.write_mode = mode == 0 ? blob_write::incremental : blob_write::bound;
-    opt.blob_chunk_bytes = 4000;  // several chunks per page, not a multiple of the entry size
-    opt.page_size = mode == 0 ? 4096 : 65536;
-    auto st = open_store(dir.file("m" + std::to_string(mode) + ".db"), opt);
-    const session_id id = *st->create_session(model, "a", official_geometry);
-    commit_turns(*st, id, 9, 4, {700, 333, 2, 901});
-    auto cp = st->load_checkpoint(id);
-    ASSERT_TRUE(cp.ok());
-    ASSERT_TRUE(cp->all_pages_ok());
-    for (const auto& s : cp->sources)
-      for (const auto& p : s.pages) pages[mode].push_back(p.bytes);
+  auto st = open_store(dir.file("p.db"));
+  const session_id id = *st->create_session(model, "a", official_geometry);
+  const std::vector<uint32_t> sizes = {700, 333, 2, 901};
+  commit_turns(*st, id, 9, 4, sizes);
+  // The database holds no page bytes; the file holds every page back to back after its header.
+  EXPECT_EQ(test::raw_int(st->path(), "SELECT SUM(length(bytes)) FROM kv_pages"), 0);
+  auto refs = st->page_refs(id);
+  ASSERT_TRUE(refs.ok());
+  ASSERT_EQ(refs->size(), 16u);
+  uint64_t total = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const auto& r : *refs) {
+    auto loc = st->locate_page(r.page_row);
+    ASSERT_TRUE(loc.ok()) << loc.err().message;
+    EXPECT_EQ(loc->path, st->page_file_path());
+    EXPECT_EQ(loc->bytes, page_header_bytes + uint64_t{r.n_entries} * official_geometry.entry_bytes());
+    // The bytes at that offset are the page: header fields and payload as written.
+    auto bytes = test::read_at(loc->path, loc->offset, loc->bytes);
+    auto c = verify_page(bytes, model, r.source_layer, r.first_entry, r.n_entries, official_geometry);
+    EXPECT_EQ(c.status, page_status::ok) << c.detail;
+    spans.push_back({loc->offset, loc->bytes});
+    total += loc->bytes;
   }
-  EXPECT_EQ(pages[0], pages[1]);
-  EXPECT_EQ(pages[0].size(), 16u);
+  std::sort(spans.begin(), spans.end());
+  EXPECT_EQ(spans.front().first, page_file_header_bytes);
+  for (size_t i = 1; i < spans.size(); ++i) EXPECT_EQ(spans[i].first, spans[i - 1].first + spans[i - 1].second);
+  EXPECT_EQ(test::size_of(st->page_file_path()), page_file_header_bytes + total);
+  auto stats = st->page_stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->live_bytes, total);
+  EXPECT_EQ(stats->dead_bytes, 0u);
+  EXPECT_EQ(stats->n_pages, 16u);
+  auto cp = st->load_checkpoint(id);
+  ASSERT_TRUE(cp.ok());
+  expect_checkpoint_matches(*cp, 9, sizes, 4);
+  EXPECT_TRUE(st->check_invariants(id).ok()) << st->check_invariants(id).err().message;
+  EXPECT_EQ(st->locate_page(12345).err().code, errc::not_found);
 }
 
 // Tool results are committed as a turn of their own with no tokens before the next
@@ -262,7 +287,7 @@ TEST(store, bad_turns_are_refused_and_leave_nothing_behind) {
   const session_id id = *st->create_session(model, "a", official_geometry);
   commit_turns(*st, id, 3, 2);
   const auto before = *st->get_session(id);
-  const uint64_t bytes_before = st->file_bytes();
+  const uint64_t page_bytes_before = test::size_of(st->page_file_path());
 
   auto expect_refused = [&](const turn_write& w, const char* needle) {
     auto r = st->commit_turn(id, w);
@@ -303,13 +328,15 @@ TEST(store, bad_turns_are_refused_and_leave_nothing_behind) {
   EXPECT_EQ(after.n_tokens, before.n_tokens);
   EXPECT_EQ(st->transcript(id)->size(), 4u);
   EXPECT_EQ(test::raw_int(st->path(), "SELECT COUNT(*) FROM kv_pages"), 8);
+  // Refused turns left no bytes in the page file either (the duplicate-aux one had written its
+  // pages before the constraint fired: they were cut off again).
+  EXPECT_EQ(test::size_of(st->page_file_path()), page_bytes_before);
   // History cannot be rewritten even through SQL (invariant 1).
   EXPECT_EQ(test::raw_exec(st->path(), "UPDATE transcript_items SET payload='{}' WHERE seq=0"),
             SQLITE_CONSTRAINT);
   EXPECT_EQ(test::raw_exec(st->path(), "UPDATE checkpoints SET n_tokens=0"), SQLITE_CONSTRAINT);
   EXPECT_EQ(st->transcript(id)->front().payload, make_turn(3, 0, 0, 100).items[0].payload);
   EXPECT_TRUE(st->check_invariants(id).ok());
-  (void)bytes_before;
   // The session still takes the right turn afterwards.
   auto good = make_turn(3, 2, before.n_tokens, 50);
   ASSERT_TRUE(st->commit_turn(id, good.write()).ok());
@@ -323,6 +350,7 @@ TEST(store, fork_shares_pages_and_survives_the_parent) {
   commit_turns(*st, parent, 11, 4);
   const int64_t pages_before = test::raw_int(st->path(), "SELECT COUNT(*) FROM kv_pages");
   EXPECT_EQ(pages_before, 16);
+  const uint64_t page_file_bytes_before = test::size_of(st->page_file_path());
 
   auto child_r = st->fork_session(parent, 2);
   ASSERT_TRUE(child_r.ok()) << child_r.err().message;
@@ -335,6 +363,8 @@ TEST(store, fork_shares_pages_and_survives_the_parent) {
   EXPECT_EQ(ci.agent, "planner");
   // No page bytes copied: the child's refs point at the parent's rows.
   EXPECT_EQ(test::raw_int(st->path(), "SELECT COUNT(*) FROM kv_pages"), pages_before);
+  EXPECT_EQ(st->page_stats()->live_bytes, page_file_bytes_before - page_file_header_bytes);
+  EXPECT_EQ(test::size_of(st->page_file_path()), page_file_bytes_before);
   auto pr = *st->page_refs(parent);
   auto cr = *st->page_refs(child);
   ASSERT_EQ(cr.size(), 8u);

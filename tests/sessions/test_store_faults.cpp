@@ -3,6 +3,7 @@
 // reported; nothing committed is lost; nothing crashes.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,7 @@ TEST(store_faults, sigkill_at_random_points_loses_no_committed_turn) {
   std::mt19937 rng(20261130);
   uint32_t acked_turns = 0;  // turns the writers reported committed, over all runs
   int kills_mid_run = 0;
+  int tails_cut = 0;  // runs killed after a page write and before its COMMIT
   const int runs = 60;
   for (int run = 0; run < runs; ++run) {
     int fds[2];
@@ -116,8 +118,16 @@ TEST(store_faults, sigkill_at_random_points_loses_no_committed_turn) {
     ::close(fds[0]);
     if (any) ++kills_mid_run;
 
+    const uint64_t size_at_kill = test::size_of(path + ".kvpages");
     auto st = store::open(path);
     ASSERT_TRUE(st.ok()) << "run " << run << ": " << st.err().message;
+    // Bytes of a turn killed between its page write and its COMMIT are cut off on open: the
+    // file ends exactly at the last committed page (invariant 10).
+    auto ps = (*st)->page_stats();
+    ASSERT_TRUE(ps.ok()) << ps.err().message;
+    ASSERT_EQ(ps->file_bytes, page_file_header_bytes + ps->live_bytes) << "run " << run;
+    ASSERT_EQ(ps->dead_bytes, 0u);
+    if (size_at_kill > ps->file_bytes) ++tails_cut;
     auto info = (*st)->get_session(id);
     ASSERT_TRUE(info.ok());
     // Every acknowledged turn is there; at most the one in flight beyond it.
@@ -130,7 +140,8 @@ TEST(store_faults, sigkill_at_random_points_loses_no_committed_turn) {
   EXPECT_GE(runs, 50);
   EXPECT_GT(acked_turns, 20u);      // the writers made progress
   EXPECT_GT(kills_mid_run, runs / 4);  // and many kills landed in a writing run
-  std::printf("[          ] sigkill: %d runs, %u turns committed\n", runs, acked_turns);
+  std::printf("[          ] sigkill: %d runs, %u turns committed, %d uncommitted page tails cut on open\n",
+              runs, acked_turns, tails_cut);
 }
 
 // A store with one session of three turns; returns the id.
@@ -158,25 +169,37 @@ TEST(store_faults, damaged_pages_are_reported_page_by_page) {
   test::temp_dir dir;
   const std::string path = dir.file("d.db");
   const session_id id = three_turns(path, 5);
-  // Page rows: source 2 turn 0 starts at entry 0, turn 1 at 100, turn 2 at 225.
+  // Page rows: source 2 turn 0 starts at entry 0, turn 1 at 100, turn 2 at 225; source 20 turn 2
+  // (the last page written, at the end of the page file) at 450.
   auto row_of = [&](uint32_t layer, uint64_t first) {
     return test::raw_int(path, "SELECT page_id FROM session_pages WHERE session_id=" + std::to_string(id) +
                                    " AND source_layer=" + std::to_string(layer) +
                                    " AND first_entry=" + std::to_string(first));
   };
-  const int64_t flipped = row_of(2, 100), truncated = row_of(8, 0), header = row_of(14, 225);
-  const int64_t foreign = row_of(20, 200), gone_first = 0;
-  ASSERT_GT(flipped, 0);
-  ASSERT_GT(foreign, 0);
-  // 1. a flipped payload byte; 2. a truncated page; 3. a flipped header byte;
-  // 4. a page of another model (a well-formed page with another hash); 5. a missing page.
-  auto set = [&](int64_t row, const std::string& expr) {
-    ASSERT_EQ(test::raw_exec(path, "UPDATE kv_pages SET bytes=" + expr + " WHERE id=" + std::to_string(row)),
-              SQLITE_OK);
+  auto where = [&](int64_t row) {
+    auto st = store::open(path);
+    EXPECT_TRUE(st.ok());
+    auto loc = (*st)->locate_page(row);
+    EXPECT_TRUE(loc.ok());
+    return loc.ok() ? *loc : page_location{};
   };
-  set(flipped, "substr(bytes,1,5000) || x'5a' || substr(bytes,5002)");
-  set(truncated, "substr(bytes,1,length(bytes)-100)");
-  set(header, "substr(bytes,1,9) || x'ff' || substr(bytes,11)");
+  const page_location flipped = where(row_of(2, 100)), truncated = where(row_of(20, 450)),
+                      header = where(row_of(14, 225)), foreign = where(row_of(20, 200));
+  const int64_t gone_first = 0;
+  ASSERT_GT(flipped.bytes, 5001u);
+  ASSERT_EQ(foreign.bytes, page_header_bytes + 250u * official_geometry.entry_bytes());
+  ASSERT_EQ(truncated.offset + truncated.bytes, test::size_of(path + ".kvpages"));
+  // 1. a flipped payload byte; 2. a page cut short by the end of the file; 3. a flipped header
+  // byte; 4. a page of another model (a well-formed page with another hash); 5. a missing page.
+  auto flip = [&](const page_location& at, uint64_t byte) {
+    auto b = test::read_at(at.path, at.offset + byte, 1);
+    ASSERT_EQ(b.size(), 1u);
+    b[0] ^= 0x5a;
+    ASSERT_TRUE(test::write_at(at.path, at.offset + byte, b));
+  };
+  flip(flipped, 5000);
+  flip(header, 9);
+  ASSERT_EQ(::truncate(truncated.path.c_str(), static_cast<off_t>(truncated.offset + truncated.bytes - 100)), 0);
   {
     page_header h;
     h.model_hash = 0xbadbadbadull;
@@ -186,14 +209,7 @@ TEST(store_faults, damaged_pages_are_reported_page_by_page) {
     h.n_entries = 250;
     auto main = test::entry_bytes(5, 20, 200, 250, 288, 0);
     auto index = test::entry_bytes(5, 20, 200, 250, 68, 1);
-    auto page = *encode_page(h, main, index);
-    std::string hex;
-    for (uint8_t b : page) {
-      char buf[3];
-      std::snprintf(buf, sizeof buf, "%02x", b);
-      hex += buf;
-    }
-    set(foreign, "x'" + hex + "'");
+    ASSERT_TRUE(test::write_at(foreign.path, foreign.offset, *encode_page(h, main, index)));
   }
   ASSERT_EQ(test::raw_exec(path, "DELETE FROM session_pages WHERE session_id=" + std::to_string(id) +
                                      " AND source_layer=20 AND first_entry=" + std::to_string(gone_first)),
@@ -209,7 +225,7 @@ TEST(store_faults, damaged_pages_are_reported_page_by_page) {
     return p ? p->status : page_status::ok;
   };
   EXPECT_EQ(status_of(2, 100), page_status::checksum);
-  EXPECT_EQ(status_of(8, 0), page_status::truncated);
+  EXPECT_EQ(status_of(20, 450), page_status::truncated);
   EXPECT_EQ(status_of(14, 225), page_status::bad_header);
   EXPECT_EQ(status_of(20, 200), page_status::model_mismatch);
   EXPECT_EQ(status_of(20, 0), page_status::missing);
@@ -224,6 +240,9 @@ TEST(store_faults, damaged_pages_are_reported_page_by_page) {
       } else {
         EXPECT_FALSE(p.detail.empty());
         EXPECT_TRUE(p.main().empty());
+        if (p.status != page_status::missing) {  // the file and offset are named
+          EXPECT_NE(p.detail.find(".kvpages at offset"), std::string::npos) << p.detail;
+        }
       }
     }
   EXPECT_EQ(ok, 12 - 5);
@@ -283,8 +302,8 @@ TEST(store_faults, newer_schema_is_refused_and_left_untouched) {
   EXPECT_NE(st.err().message.find("schema version 7 is newer"), std::string::npos) << st.err().message;
   EXPECT_NE(st.err().message.find(path), std::string::npos);
   EXPECT_EQ(read_file(path), before);
-  // Nothing was lost: back at the current version (2) the session loads whole.
-  ASSERT_EQ(test::raw_exec(path, "PRAGMA user_version=2"), SQLITE_OK);
+  // Nothing was lost: back at the current version (3) the session loads whole.
+  ASSERT_EQ(test::raw_exec(path, "PRAGMA user_version=3"), SQLITE_OK);
   auto again = store::open(path);
   ASSERT_TRUE(again.ok());
   auto cp = (*again)->load_checkpoint(id);
@@ -326,15 +345,28 @@ TEST(store_faults, a_store_corrupted_in_the_middle_reports_errors_without_crashi
   const std::string path = dir.file("mid.db");
   const session_id id = three_turns(path, 9);
   ASSERT_EQ(test::raw_exec(path, "PRAGMA wal_checkpoint(TRUNCATE)"), SQLITE_OK);
-  const auto size = read_file(path).size();
-  ASSERT_GT(size, 200000u);
+  auto garbage = [](const std::string& file, uint64_t at, int n, unsigned seed) {
+    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(at));
+    std::mt19937 rng(seed);
+    for (int i = 0; i < n; ++i) f.put(static_cast<char>(rng()));
+  };
+  // 1. 40 KB of garbage in the middle of the page file: the pages there fail their checks.
+  const uint64_t pages_size = test::size_of(path + ".kvpages");
+  ASSERT_GT(pages_size, 200000u);
+  garbage(path + ".kvpages", pages_size / 2, 40000, 3);
   {
-    // Overwrite 40 KB in the middle (b-tree and overflow pages) with garbage.
-    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(static_cast<std::streamoff>(size / 2));
-    std::mt19937 rng(2);
-    for (int i = 0; i < 40000; ++i) f.put(static_cast<char>(rng()));
+    auto st = store::open(path);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    auto cp = (*st)->load_checkpoint(id);
+    ASSERT_TRUE(cp.ok()) << cp.err().message;
+    EXPECT_FALSE(cp->all_pages_ok());
+    EXPECT_EQ(cp->tokens.size(), 200u + 250u + 300u);  // the source of truth is intact
   }
+  // 2. Garbage over the middle half of the database (b-tree pages).
+  const auto size = read_file(path).size();
+  ASSERT_GT(size, 16384u);
+  garbage(path, size / 4, static_cast<int>(size / 2), 2);
   int errors = 0;
   auto st = store::open(path);
   if (!st.ok()) {
@@ -351,20 +383,20 @@ TEST(store_faults, a_store_corrupted_in_the_middle_reports_errors_without_crashi
     auto inv = (*st)->check_invariants(id);
     if (!inv.ok()) ++errors;
   }
-  EXPECT_GT(errors, 0) << "40 KB of garbage inside the store went unnoticed";
+  EXPECT_GT(errors, 0) << "garbage inside the database went unnoticed";
 }
 
-TEST(store_faults, a_full_disk_fails_the_turn_and_keeps_every_committed_one) {
+// Fills the store under `limits` until a turn fails; checks the failure and that every
+// committed turn survives, with the page file cut back to its committed end.
+void fill_until_full(const store_options& limits, const char* needle) {
   test::temp_dir dir;
   const std::string path = dir.file("full.db");
-  store_options small;
-  small.max_page_count = 200;  // 800 KB at 4 KB pages
   session_id id = 0;
   uint32_t committed = 0;
   uint64_t n = 0;
   error full;
   {
-    auto st = store::open(path, small);
+    auto st = store::open(path, limits);
     ASSERT_TRUE(st.ok());
     id = *(*st)->create_session(model, "a", official_geometry);
     for (uint32_t t = 0; t < 100; ++t) {
@@ -381,11 +413,16 @@ TEST(store_faults, a_full_disk_fails_the_turn_and_keeps_every_committed_one) {
     ASSERT_LT(committed, 100u);
     EXPECT_EQ(full.code, errc::io);
     EXPECT_NE(full.message.find("full"), std::string::npos) << full.message;
-    // The store still answers, with the failed turn absent.
+    EXPECT_NE(full.message.find(needle), std::string::npos) << full.message;
+    // The store still answers, with the failed turn absent and none of its page bytes kept.
     auto info = (*st)->get_session(id);
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->n_turns, committed);
     EXPECT_TRUE((*st)->check_invariants(id).ok());
+    auto ps = (*st)->page_stats();
+    ASSERT_TRUE(ps.ok());
+    EXPECT_EQ(ps->file_bytes, page_file_header_bytes + ps->live_bytes);
+    EXPECT_EQ(ps->n_pages, 4u * committed);
   }
   // Reopened without the limit: everything committed is there, and the session continues.
   auto st = store::open(path);
@@ -398,6 +435,77 @@ TEST(store_faults, a_full_disk_fails_the_turn_and_keeps_every_committed_one) {
   auto next = make_turn(3, committed, n, 150);
   ASSERT_TRUE((*st)->commit_turn(id, next.write()).ok());
   EXPECT_TRUE((*st)->check_invariants(id).ok());
+}
+
+TEST(store_faults, a_full_database_fails_the_turn_and_keeps_every_committed_one) {
+  store_options small;
+  small.max_page_count = 200;  // 800 KB of rows at 4 KB pages (aux state: ~13 KB a turn)
+  fill_until_full(small, "full.db");
+}
+
+TEST(store_faults, a_full_page_file_fails_the_turn_and_keeps_every_committed_one) {
+  store_options small;
+  small.max_page_file_bytes = 1 << 20;  // ~7 turns of 150 tokens (133 KB of pages each)
+  fill_until_full(small, "full.db.kvpages");
+}
+
+// A real write failure of the page file: the kernel refuses to grow it past RLIMIT_FSIZE
+// (EFBIG, as a full disk refuses with ENOSPC) in a child process; the pwrite fails half-way
+// through a turn's pages. The parent then finds every acknowledged turn and no tail.
+TEST(store_faults, a_page_write_refused_by_the_kernel_fails_the_turn_cleanly) {
+  test::temp_dir dir;
+  const std::string path = dir.file("efbig.db");
+  session_id id = 0;
+  {
+    auto st = store::open(path);
+    ASSERT_TRUE(st.ok());
+    id = *(*st)->create_session(model, "a", official_geometry);
+  }
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::signal(SIGXFSZ, SIG_IGN);  // get EFBIG from write instead of the signal
+    const rlimit lim{1 << 20, 1 << 20};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
+    auto st = store::open(path);
+    if (!st) _exit(4);
+    uint64_t n = 0;
+    for (uint32_t t = 0; t < 100; ++t) {
+      auto turn = make_turn(8, t, n, turn_size(t));
+      auto r = (*st)->commit_turn(id, turn.write());
+      if (!r) {
+        const std::string& m = r.err().message;
+        const bool named = m.find(".kvpages") != std::string::npos && m.find("full") != std::string::npos;
+        const uint32_t code = (named ? 1000u : 2000u) + t;
+        if (::write(fds[1], &code, sizeof code) != sizeof code) _exit(6);
+        _exit(r.err().code == errc::io ? 0 : 5);
+      }
+      n += turn_size(t);
+    }
+    _exit(7);
+  }
+  ::close(fds[1]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  ASSERT_EQ(WEXITSTATUS(wstatus), 0);
+  uint32_t code = 0;
+  ASSERT_EQ(::read(fds[0], &code, sizeof code), ssize_t(sizeof code));
+  ::close(fds[0]);
+  EXPECT_GE(code, 1000u);
+  EXPECT_LT(code, 2000u) << "the error did not name the page file and a full disk";
+  const uint32_t committed = code % 1000;
+  ASSERT_GT(committed, 2u);
+  auto st = store::open(path);
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  EXPECT_EQ((*st)->get_session(id)->n_turns, committed);
+  auto ps = (*st)->page_stats();
+  ASSERT_TRUE(ps.ok());
+  EXPECT_EQ(ps->file_bytes, page_file_header_bytes + ps->live_bytes);
+  verify_session(**st, id, 8, committed);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Schema version 2 of the session store: per-turn timings and stored agent options, and the
-// migration of a version-1 file (made from a real store by removing what version 2 added, then
-// marking it version 1) to version 2 without losing a session.
+// migration of a version-1 file (made from a real store by removing what versions 3 and 2
+// added, then marking it version 1) to the current version without losing a session.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,7 +107,7 @@ TEST(store_schema2, agent_options_are_stored_validated_and_inherited_by_forks) {
   EXPECT_EQ(l->front().agent_options, opts);
 }
 
-TEST(store_schema2, a_version_1_file_migrates_to_version_2_keeping_every_session) {
+TEST(store_schema2, a_version_1_file_migrates_to_the_current_version_keeping_every_session) {
   test::temp_dir dir;
   const std::string path = dir.file("v1.db");
   session_id id = 0;
@@ -118,7 +118,8 @@ TEST(store_schema2, a_version_1_file_migrates_to_version_2_keeping_every_session
     id = *st->create_session(model, "old", official_geometry);
     n_tokens = commit(*st, id, 11, 3, false);
   }
-  // Back to the version-1 schema: what migration 1 -> 2 adds is removed.
+  // Back to the version-1 schema: what migrations 2 -> 3 (page file) and 1 -> 2 add is removed.
+  ASSERT_TRUE(test::downgrade_to_schema2(path));
   ASSERT_EQ(test::raw_exec(path,
                            "DROP TRIGGER turn_timings_append_only; DROP TABLE turn_timings; "
                            "ALTER TABLE sessions DROP COLUMN agent_options; PRAGMA user_version=1;"),
@@ -128,8 +129,9 @@ TEST(store_schema2, a_version_1_file_migrates_to_version_2_keeping_every_session
 
   auto st = open_store(path);
   ASSERT_TRUE(st);
-  EXPECT_EQ(test::raw_int(path, "PRAGMA user_version"), 2);
+  EXPECT_EQ(test::raw_int(path, "PRAGMA user_version"), 3);
   EXPECT_EQ(test::raw_int(path, "SELECT COUNT(*) FROM sqlite_schema WHERE name='turn_timings'"), 1);
+  EXPECT_EQ(test::raw_int(path, "SELECT SUM(length(bytes)) FROM kv_pages"), 0);  // pages moved out
   auto info = st->get_session(id);
   ASSERT_TRUE(info.ok()) << info.err().message;
   EXPECT_EQ(info->agent, "old");
