@@ -203,6 +203,12 @@ void dsml_parser::fail(std::string message, std::vector<dsml_event>& out) {
   e.text = std::move(message);
   out.push_back(std::move(e));
   state_ = state::skip;
+  // the abandoned call's arguments are dropped now, not when the next call starts: an error
+  // must not leave more than the limits held (invariant 1; found by fuzz_dsml: a call over
+  // max_call_bytes kept its arguments, up to ~2x the limit, while the parser skipped)
+  params_.clear();
+  params_bytes_ = 0;
+  value_.clear();
 }
 
 void dsml_parser::feed(std::string_view chunk, std::vector<dsml_event>& out) {

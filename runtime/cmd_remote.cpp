@@ -34,7 +34,7 @@ int cmd_serve_remote(const serve_remote_args& a) {
     std::fprintf(stderr, "cedar serve-remote: %s\n", store.err().message.c_str());
     return 2;
   }
-  shutdown_signals sigs;  // before the runtime's threads start: they inherit the blocked mask
+  shutdown_signals sigs;  // handlers write to a pipe: any thread may take the signal, wait() reacts here
 
   runtime_options ro;
   ro.model_dir = a.model_dir;

@@ -79,7 +79,7 @@ int cmd_serve(serve_args a, const CLI::App& cmd) {
     return 2;
   }
   a.store = *store;
-  shutdown_signals sigs;  // before the runtime's and the server's threads start: they inherit the mask
+  shutdown_signals sigs;  // handlers write to a pipe: any thread may take the signal, wait() reacts here
 
   runtime_options ro;
   ro.model_dir = a.model_dir;

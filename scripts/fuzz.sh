@@ -16,6 +16,8 @@ Usage: scripts/fuzz.sh [options] [target...]
   -B, --build-dir DIR build directory (default build-fuzz), configured with clang++,
                       -DCEDAR_FUZZ=ON (ASan + UBSan + libFuzzer), no CUDA, no benchmarks
       --no-build      use the binaries already in the build directory
+      --build-only    build the targets and exit (scripts/fuzz-bundle.sh packs them for
+                      a machine without a compiler)
   -l, --list          list the targets and exit
   -h, --help          this help
 Targets default to all (tests/fuzz/fuzz_<name>.cpp). Exit status 1 if any target crashed.
@@ -30,6 +32,7 @@ seconds=""
 jobs=1
 build_dir=build-fuzz
 do_build=1
+build_only=0
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
     -j|--jobs) jobs="$2"; shift 2 ;;
     -B|--build-dir) build_dir="$2"; shift 2 ;;
     --no-build) do_build=0; shift ;;
+    --build-only) build_only=1; shift ;;
     -l|--list) for f in tests/fuzz/fuzz_*.cpp; do basename "$f" .cpp | sed 's/^fuzz_//'; done; exit 0 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -54,6 +58,7 @@ if [ "$do_build" = 1 ]; then
     -DCEDAR_CUDA=OFF -DCEDAR_BUILD_BENCH=OFF >/dev/null
   cmake --build "$build_dir" -j"$(nproc 2>/dev/null || echo 2)" --target "${targets[@]/#/fuzz_}"
 fi
+[ "$build_only" = 1 ] && exit 0
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
@@ -67,6 +72,9 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$art"
   args=(-seed=0 -max_len=8192 -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/$t-")
   [ -f "tests/fuzz/$t.dict" ] && args+=(-dict="tests/fuzz/$t.dict")
+  if [ -f "tests/fuzz/$t.args" ]; then  # a target's own flags (one per line), e.g. -max_len
+    while read -r a; do [ -n "$a" ] && args+=("$a"); done <"tests/fuzz/$t.args"
+  fi
   if [ -n "$seconds" ]; then args+=(-max_total_time="$seconds"); else args+=(-runs="$runs"); fi
   [ "$jobs" -gt 1 ] && args+=(-fork="$jobs" -ignore_crashes=1)
   log="$build_dir/fuzz/$t.log"

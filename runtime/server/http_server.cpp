@@ -2,6 +2,8 @@
 // Design notes in http_server.hpp.
 #include "runtime/server/http_server.hpp"
 
+#include <chrono>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -181,7 +183,15 @@ result<std::unique_ptr<http_server>> http_server::start(agent_runtime& rt, serve
   if (s->port_ <= 0)
     return make_error(errc::io, "cannot listen on " + opts.host + ":" + std::to_string(opts.port) +
                                     " (in use, or not a local address)");
-  s->thread_ = std::thread([self] { self->svr_.listen_after_bind(); });
+  s->thread_ = std::thread([self] {
+    self->svr_.listen_after_bind();
+    self->listen_returned_ = true;
+  });
+  // stop() only takes effect once the accept loop runs (httplib's stop() is a no-op before
+  // is_running()): wait for it, so a stop right after start cannot leave the loop running and
+  // the join hanging (found by the serve SIGINT/SIGTERM test).
+  for (int i = 0; i < 5000 && !svr.is_running() && !s->listen_returned_; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return s;
 }
 

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -78,6 +79,7 @@ class http_server {
   serve_options opts_;
   httplib::Server svr_;
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};  // the listen thread is done (start waits for ready)
   std::string token_;
   bool token_created_ = false;
   int port_ = 0;

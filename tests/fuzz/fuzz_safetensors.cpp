@@ -2,10 +2,13 @@
 // dtype/shape/offset validation) and to_f32 on every tensor it accepts. Checkpoints are
 // downloaded files: any bytes, any truncation.
 //
-// Input: the whole file. It is written to a per-process file under /dev/shm (or $TMPDIR) and
-// opened through the public API, as `cedar` opens a model. Checked: no crash/UB/leak; every
-// accepted tensor lies inside the file and its byte size matches shape x dtype (the reader's
-// documented validation); to_f32 of a tensor returns numel values or an error.
+// Input: the whole file. It is written to one in-memory file (memfd, created once per process,
+// truncated and rewritten per input: no file is created or unlinked per execution) and opened
+// by its /proc/self/fd path through the public API, as `cedar` opens a model (open, fstat,
+// mmap). Checked: no crash/UB/leak; every accepted tensor lies inside the file and its byte
+// size matches shape x dtype (the reader's documented validation); to_f32 of a tensor returns
+// numel values or an error.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,23 +21,36 @@ using namespace cedar::model;
 using cedar::fuzz::fuzz_require;
 
 namespace {
-const std::string& scratch_path() {
-  static const std::string p = [] {
-    const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return std::string(dir) + "/cedar_fuzz_safetensors_" + std::to_string(getpid()) + ".safetensors";
-  }();
-  return p;
+// The in-memory file and its path; fuzz_require aborts when the kernel has no memfd.
+struct scratch_file {
+  int fd = -1;
+  std::string path;
+  scratch_file() {
+    fd = memfd_create("cedar_fuzz_safetensors", MFD_CLOEXEC);
+    fuzz_require(fd >= 0, "safetensors: memfd_create failed");
+    path = "/proc/self/fd/" + std::to_string(fd);
+  }
+  // Makes the file exactly `data` (no leftover bytes of a longer earlier input).
+  void write(const uint8_t* data, size_t size) {
+    fuzz_require(ftruncate(fd, 0) == 0, "safetensors: cannot truncate the scratch file");
+    for (size_t off = 0; off < size;) {
+      const ssize_t n = pwrite(fd, data + off, size - off, off_t(off));
+      fuzz_require(n > 0, "safetensors: cannot write the scratch file");
+      off += size_t(n);
+    }
+  }
+};
+scratch_file& scratch() {
+  static scratch_file f;
+  return f;
 }
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string& path = scratch_path();
-  FILE* f = std::fopen(path.c_str(), "wb");
-  fuzz_require(f != nullptr, "safetensors: cannot write the scratch file");
-  if (size) std::fwrite(data, 1, size, f);
-  std::fclose(f);
+  scratch_file& f = scratch();
+  f.write(data, size);
 
-  auto ck = checkpoint::open(path);
+  auto ck = checkpoint::open(f.path);
   if (ck.ok()) {
     for (const tensor_view& t : ck->tensors()) {
       fuzz_require(t.data != nullptr || t.n_bytes == 0, "safetensors: tensor without data");
@@ -51,6 +67,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     (void)ck->metadata("format");
   }
-  std::remove(path.c_str());
   return 0;
 }

@@ -22,7 +22,7 @@ using cedar::fuzz::fuzz_require;
 namespace {
 const tokenizer& tok() {
   static const tokenizer t = [] {
-    auto r = tokenizer::load(std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny/tokenizer.json");
+    auto r = tokenizer::load(cedar::fuzz::fuzz_data_path("model/weights/cedar-agent-tiny/tokenizer.json"));
     if (!r.ok()) {
       std::fprintf(stderr, "fuzz_tokenizer: %s\n", r.err().message.c_str());
       std::abort();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/cedar.hpp"
+#include "child_process.hpp"
 #include "runtime_test_util.hpp"
 #include "sessions/store.hpp"
 
@@ -29,85 +30,23 @@ namespace {
 
 const std::string kModelDir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
 
-// `cedar serve-remote` as a child process, its stdout on a pipe.
-struct server_process {
-  pid_t pid = -1;
-  int from_child = -1;
-  std::string out;  // what it printed
-
+// `cedar serve-remote` as a child process (child_process.hpp), its stdout on a pipe.
+struct server_process : test::child_process {
   bool start(const std::string& store) {
-    int fds[2];
-    if (::pipe(fds) != 0) return false;
-    std::vector<std::string> args = {std::string(CEDAR_BINARY_DIR) + "/bin/cedar", "serve-remote", "--model",
-                                     kModelDir, "--store", store, "--ram-budget-mb", "512"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid = ::fork();
-    if (pid == 0) {  // the child: only async-signal-safe calls until exec
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    from_child = fds[0];
-    return pid > 0;
+    return child_process::start({std::string(CEDAR_BINARY_DIR) + "/bin/cedar", "serve-remote", "--model", kModelDir,
+                                 "--store", store, "--ram-budget-mb", "512"});
   }
 
   // The port of the "... published on 127.0.0.1:PORT ..." line, or 0 when the server exits or
   // prints nothing of the kind for `timeout_s`.
   uint16_t read_port(int timeout_s = 120) {
     const std::string key = "published on 127.0.0.1:";
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{from_child, POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char c;
-      if (::read(from_child, &c, 1) != 1) return 0;
-      out += c;
-      if (c != '\n') continue;
-      size_t at = out.find(key);
-      if (at != std::string::npos) return uint16_t(std::atoi(out.c_str() + at + key.size()));
-    }
-    return 0;
+    const std::string line = read_line_with(key, timeout_s);
+    return line.empty() ? 0 : uint16_t(std::atoi(line.c_str() + line.find(key) + key.size()));
   }
 
-  // SIGTERM, then waits; the exit status, or -1 when it did not exit within `timeout_s` (it is
-  // then killed) or died of a signal.
-  int stop(int timeout_s = 60) {
-    if (pid <= 0) return -1;
-    ::kill(pid, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    int status = 0, rc = -1;
-    bool exited = false;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        exited = true;
-        rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!exited) {
-      if (std::getenv("CEDAR_REMOTE_STACKS")) {  // diagnosing a hung shutdown
-        std::string cmd = "gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt' > " +
-                          std::string(CEDAR_BINARY_DIR) + "/remote_stacks.txt 2>&1";
-        (void)std::system(cmd.c_str());
-      }
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-    pid = -1;
-    ::close(from_child);
-    from_child = -1;
-    return rc;
-  }
-
-  ~server_process() {
-    if (pid > 0) stop(5);
-  }
+  // SIGTERM, then waits (child_process::stop).
+  int stop(int timeout_s = 60) { return child_process::stop(SIGTERM, timeout_s); }
 };
 
 // A loopback port that nothing listens on (bound, read, closed).
