@@ -12,15 +12,19 @@
 // Models: "rand100m" — random weights for a ~100M-parameter config built in-process (12
 // layers with every CSA2 mode, like the fixture, at d 512), fp32 in memory: the baseline;
 // "rand100m-bf16" / "rand100m-fp8" — the same weights as checkpoints (see above);
-// "tiny-A" — the fixture. --models picks a subset.
+// "tiny-A" — the fixture; "default" — the default model (model/weights/cedar-agent-tiny, or
+// --model-dir), decode only, at --contexts (default 8192) and --batches (default 1,8), 20
+// steps. --models picks a subset (default: every model but "default").
 // Medians of `reps` repetitions (≥ 5 where the run is short). Progress goes to stderr.
 // The last line is the CED / full-stack prefill time ratio at the longest prompt.
 //
-// Usage: bench_forward [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8]
+// Usage: bench_forward [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8,default]
+//                      [--model-dir DIR] [--contexts N,...] [--batches B,...]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -32,6 +36,7 @@
 #include "model/config.hpp"
 #include "model/engine.hpp"
 #include "model/forward.hpp"
+#include "model/model_dir.hpp"
 #include "model/npy.hpp"
 #include "bench_util.hpp"
 
@@ -171,18 +176,43 @@ void memory_figures(const std::string& name, const cm::engine& e, long rss_befor
   csv(name, "rss_growth_at_load", 1024.0 * (double)(rss_kb() - rss_before_kb), "B");
 }
 
+// "1024,8192" -> {1024, 8192}; false on an empty list or a non-positive / non-numeric item.
+bool parse_list(const char* s, std::vector<int>* out) {
+  out->clear();
+  const std::string str = s;
+  for (size_t p = 0; p <= str.size();) {
+    size_t q = str.find(',', p);
+    if (q == std::string::npos) q = str.size();
+    const std::string item = str.substr(p, q - p);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v <= 0 || v > (1l << 30)) return false;
+    out->push_back((int)v);
+    p = q + 1;
+  }
+  return !out->empty();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
   std::string fixture = "tests/fixtures/deepseek-v41-tiny-A";
   std::string models = "tiny-A,rand100m,rand100m-bf16,rand100m-fp8";
+  std::string model_dir = "model/weights/cedar-agent-tiny";
+  std::vector<int> default_ctxs = {8192}, default_batches = {1, 8};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--fixture") && i + 1 < argc) fixture = argv[++i];
     else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+    else if (!std::strcmp(argv[i], "--model-dir") && i + 1 < argc) model_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--contexts") && i + 1 < argc && parse_list(argv[i + 1], &default_ctxs)) ++i;
+    else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc && parse_list(argv[i + 1], &default_batches)) ++i;
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8,default]\n"
+                   "          [--model-dir DIR] [--contexts N,...] [--batches B,...]\n"
+                   "  --contexts, --batches: decode points of the \"default\" model (default 8192 and 1,8)\n",
                    argv[0]);
       return 2;
     }
@@ -213,6 +243,17 @@ int main(int argc, char** argv) {
   } else if (!fc.ok()) {
     std::fprintf(stderr, "[tiny-A] skipped (run from the repository root or pass --fixture): %s\n",
                  fc.err().message.c_str());
+  }
+
+  // --- the default model (model/weights/cedar-agent-tiny): decode at the chosen contexts ---
+  if (wanted("default")) {
+    auto md = cm::load_model_dir(model_dir, /*need_tokenizer=*/false);
+    if (md.ok()) {
+      std::fprintf(stderr, "[default] %lld params\n", (long long)md->eng->n_params());
+      bench_decode("default", *md->eng, default_ctxs, default_batches, quick ? 5 : 20);
+    } else {
+      std::fprintf(stderr, "[default] skipped: %s\n", md.err().message.c_str());
+    }
   }
 
   // --- random ~100M model ---

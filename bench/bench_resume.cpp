@@ -28,14 +28,23 @@
 // resident repetitions, not as a median; its rows then say `reprefill_runs,1`. The machine's
 // 1-minute load average is printed per context (shared machines: read figures against it).
 //
+// Memory: the executor's resident bytes for the session right after the replayed restore
+// (global KV entries at their exact size, SWA rings, token log), total and per context token.
+//
+// --max-position N overrides both models' max_position_embeddings (e.g. to time a 131072-token
+// context on a model trained for 65536). Timing only: positions beyond the trained length are
+// outside what the model was trained on; the output says so (stderr and a CSV row per model).
+//
 // CSV on stdout: model,n_ctx,n_win,figure,value,unit. The ratio rows come last.
-// Usage: bench_resume [--quick] [--reps R] [--sizes 1024,4096,...] [--model-dir DIR] [--models M]
-//                     [--reprefill-once-above N]
+// Usage: bench_resume [--quick] [--reps R] [--contexts 1024,4096,...] [--model-dir DIR] [--models M]
+//                     [--reprefill-once-above N] [--max-position N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,19 +71,25 @@ struct options {
   std::string model_dir = "model/weights/cedar-agent-tiny";
   std::string models = "both";  // default | wide | both
   int reprefill_once_above = 32768;
+  int64_t max_position = 0;  // 0: the models' own max_position_embeddings
 };
 
 void usage() {
   std::printf(
       "bench_resume — resume latency after a tool result (BENCHMARKS.md B2)\n"
-      "usage: bench_resume [--quick] [--reps R] [--sizes N1,N2,...] [--model-dir DIR] [--models M]\n"
-      "  --quick       contexts 1K/4K/8K only (default adds 32K)\n"
+      "usage: bench_resume [--quick] [--reps R] [--contexts N1,N2,...] [--model-dir DIR] [--models M]\n"
+      "                    [--reprefill-once-above N] [--max-position N]\n"
+      "  --quick       contexts 1K/4K/8K only (default 1K/4K/8K/32K)\n"
       "  --reps R      repetitions per figure, median reported (default 5, at least 5)\n"
-      "  --sizes LIST  context sizes in tokens (overrides the defaults)\n"
+      "  --contexts LIST  context sizes in tokens, comma-separated (overrides the defaults;\n"
+      "                --sizes is the same option)\n"
       "  --model-dir   the default model's directory (default model/weights/cedar-agent-tiny)\n"
       "  --models M    default | wide | both (default both)\n"
       "  --reprefill-once-above N  above N tokens, re-prefill is timed in one run, not a median\n"
       "                (default 32768: it grows as N^2)\n"
+      "  --max-position N  override max_position_embeddings of both models (timing only:\n"
+      "                positions beyond the trained length are out of distribution), e.g. to\n"
+      "                run --contexts 131072\n"
       "CSV on stdout (model,n_ctx,n_win,figure,value,unit), progress on stderr; the last rows\n"
       "are re-prefill/replayed ratios beside the ideal (N/2 + n_win)/n_win.\n");
 }
@@ -163,6 +178,17 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
     }
     rs.aux = rt::executor_core::aux_of(*s);
   }
+  {
+    // resident memory right after a replayed restore (vectors at their exact sizes)
+    core.drop(id);
+    if (auto p = core.restore(id, rs); !p.ok()) {
+      std::fprintf(stderr, "restore: %s\n", p.err().message.c_str());
+      return false;
+    }
+    const double bytes = double(core.resident_bytes());
+    csv(name, n, W, "resident_bytes_after_restore", bytes, "B");
+    csv(name, n, W, "resident_bytes_per_token", bytes / n, "B/token");
+  }
 
   std::vector<double> t_res, t_rep, t_rep_restore, t_pre, t_pre_restore;
   for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up, not recorded
@@ -218,6 +244,25 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
   return true;
 }
 
+// The default model with max_position_embeddings replaced (--max-position), loaded as
+// model::load_model_dir does (config.json, the Engram token map, model.safetensors).
+cedar::result<std::shared_ptr<const cm::engine>> load_with_max_position(const std::string& dir, int64_t max_pos) {
+  auto cfg = cm::load_model_config(dir + "/config.json");
+  if (!cfg.ok()) return cfg.take_err();
+  cfg->max_position_embeddings = max_pos;
+  cm::engine_options eo;
+  for (const char* name : {"/token_map.npy", "/engram/token_map.npy"}) {
+    auto tm = cm::load_token_map_npy(dir + name);
+    if (!tm.ok()) continue;
+    eo.engram_token_map = std::move(*tm);
+    break;
+  }
+  const bool sharded = std::filesystem::exists(dir + "/model.safetensors.index.json");
+  auto e = cm::engine::load(*cfg, sharded ? dir : dir + "/model.safetensors", std::move(eo));
+  if (!e.ok()) return e.take_err();
+  return std::make_shared<const cm::engine>(std::move(*e));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,14 +276,14 @@ int main(int argc, char** argv) {
       o.quick = true;
     } else if (a == "--reps" && i + 1 < argc) {
       o.reps = std::max(5, std::atoi(argv[++i]));
-    } else if (a == "--sizes" && i + 1 < argc) {
+    } else if ((a == "--contexts" || a == "--sizes") && i + 1 < argc) {
       std::string s = argv[++i];
       for (size_t p = 0; p < s.size();) {
         size_t q = s.find(',', p);
         if (q == std::string::npos) q = s.size();
         int v = std::atoi(s.substr(p, q - p).c_str());
         if (v <= 0) {
-          std::fprintf(stderr, "bench_resume: bad size '%s' in --sizes\n", s.substr(p, q - p).c_str());
+          std::fprintf(stderr, "bench_resume: bad context size '%s' in %s\n", s.substr(p, q - p).c_str(), a.c_str());
           return 2;
         }
         o.sizes.push_back(v);
@@ -258,6 +303,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.reprefill_once_above = (int)std::min<long>(v, 1 << 30);
+    } else if (a == "--max-position" && i + 1 < argc) {
+      char* end = nullptr;
+      const long long v = std::strtoll(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || v <= 0 || v > (1ll << 31)) {
+        std::fprintf(stderr, "bench_resume: --max-position takes a positive token count, got '%s'\n", argv[i]);
+        return 2;
+      }
+      o.max_position = v;
     } else if (a == "--model-dir" && i + 1 < argc) {
       o.model_dir = argv[++i];
     } else {
@@ -274,9 +327,15 @@ int main(int argc, char** argv) {
   std::vector<model_entry> models;
   cedar::log_set_level(cedar::log_level::error);  // every re-prefill logs why at warn level
   if (o.models != "wide") {
-    auto md = cm::load_model_dir(o.model_dir, /*need_tokenizer=*/false);
-    if (md.ok()) models.push_back({"default-model", md->eng});
-    else std::fprintf(stderr, "[default-model] skipped: %s\n", md.err().message.c_str());
+    if (o.max_position == 0) {
+      auto md = cm::load_model_dir(o.model_dir, /*need_tokenizer=*/false);
+      if (md.ok()) models.push_back({"default-model", md->eng});
+      else std::fprintf(stderr, "[default-model] skipped: %s\n", md.err().message.c_str());
+    } else if (auto e = load_with_max_position(o.model_dir, o.max_position); e.ok()) {
+      models.push_back({"default-model", *e});
+    } else {
+      std::fprintf(stderr, "[default-model] skipped: %s\n", e.err().message.c_str());
+    }
   }
   if (o.models != "default") {
     cm::model_config wc = cedar::bench::random_100m_config();
@@ -284,6 +343,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "wide config: %s\n", st.err().message.c_str());
       return 1;
     }
+    if (o.max_position > 0) wc.max_position_embeddings = o.max_position;
     auto we = cm::engine::random(wc, 1234);
     if (!we.ok()) {
       std::fprintf(stderr, "wide engine: %s\n", we.err().message.c_str());
@@ -293,6 +353,15 @@ int main(int argc, char** argv) {
   }
 
   std::printf("model,n_ctx,n_win,figure,value,unit\n");
+  if (o.max_position > 0)
+    for (const auto& m : models) {
+      std::fprintf(stderr,
+                   "[%s] max_position_embeddings overridden to %lld: timing only, positions beyond the "
+                   "trained length are out of distribution\n",
+                   m.name.c_str(), (long long)o.max_position);
+      csv(m.name, 0, m.eng->config().sliding_window, "max_position_override_timing_only", double(o.max_position),
+          "tokens");
+    }
   struct ratio_row {
     std::string model;
     int n, w;

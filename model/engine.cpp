@@ -27,8 +27,8 @@ enum class store_kind {
   table,   // F8_E4M3 + UE8M0 1x32 row blocks (Engram tables)
 };
 
-// One tensor the engine needs: an fp32 copy (`vec`: vectors and the embedding) or a matrix
-// view in the stored format (`mat`).
+// One tensor the engine needs: an fp32 copy (`vec`: vectors) or a matrix view in the stored
+// format (`mat`: matrices and the embedding).
 struct tensor_slot {
   std::string name;
   std::vector<int64_t> shape;
@@ -67,7 +67,7 @@ void add_mat(std::vector<tensor_slot>& v, std::string name, std::vector<int64_t>
 
 // Every tensor of the backbone, in checkpoint naming.
 std::vector<tensor_slot> tensor_table(const model_config& c, std::vector<block_weights>& blocks,
-                                      fvec& embed, fvec& norm, qmat& head,
+                                      qmat& embed, fvec& norm, qmat& head,
                                       const engram_layout& eg) {
   std::vector<tensor_slot> t;
   const int64_t d = c.hidden_size, hd = c.head_dim, H = c.num_attention_heads;
@@ -75,8 +75,7 @@ std::vector<tensor_slot> tensor_table(const model_config& c, std::vector<block_w
   const int64_t hc = c.hc_mult, mix = (2 + hc) * hc, F = c.moe_intermediate_size;
   const int64_t E = c.n_routed_experts, Hi = c.index_n_heads, Di = c.index_head_dim;
   const store_kind dense = store_kind::dense, plain = store_kind::plain;
-  add_vec(t, "embed.weight", {c.vocab_size, d}, embed, init_kind::matrix);
-  t.back().store = plain;
+  add_mat(t, "embed.weight", {c.vocab_size, d}, embed, plain);
   add_vec(t, "norm.weight", {d}, norm, init_kind::ones);
   add_mat(t, "head.weight", {c.vocab_size, d}, head, plain);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -334,7 +333,7 @@ result<engine> engine::random(const model_config& c, uint64_t seed, engine_optio
 }
 
 int64_t engine::n_params() const {
-  int64_t n = (int64_t)(embed_.size() + norm_.size()) + head_.rows * head_.cols;
+  int64_t n = embed_.rows * embed_.cols + (int64_t)norm_.size() + head_.rows * head_.cols;
   auto v = [&](const fvec& x) { n += (int64_t)x.size(); };
   auto m = [&](const qmat& x) { n += x.rows * x.cols; };
   for (const block_weights& b : blocks_) {
@@ -353,7 +352,7 @@ int64_t engine::n_params() const {
 }
 
 size_t engine::owned_bytes() const {
-  size_t n = 4 * (embed_.size() + norm_.size());
+  size_t n = 4 * norm_.size();
   for (const auto& o : owned_) n += 4 * o.size();
   auto v = [&](const fvec& x) { n += 4 * x.size(); };
   for (const block_weights& b : blocks_) {
@@ -374,8 +373,8 @@ status write_random_checkpoint(const model_config& c, uint64_t seed, storage_lay
   if (!lay.ok()) return lay.take_err();
   const model_config sized = sized_config(c, *lay);
   std::vector<block_weights> blocks((size_t)c.num_hidden_layers);
-  fvec embed, norm;
-  qmat head;
+  qmat embed, head;
+  fvec norm;
   const std::vector<tensor_slot> table = tensor_table(sized, blocks, embed, norm, head, *lay);
   std::vector<raw_tensor> out;
   for_each_random(table, seed, [&](const tensor_slot& s, const std::vector<float>& v) {

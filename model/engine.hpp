@@ -3,9 +3,9 @@
 // Owns: every backbone weight (layers.hpp structs), the embedding, final norm and LM head,
 // the memory-mapped checkpoint the weight matrices point into (they stay in their stored
 // dtype: F32, BF16, F8_E4M3 + UE8M0 32x32 block scales, packed FP4 + E8M0/32; the kernels
-// dequantise per block on the fly), fp32 copies of the small vectors and of the embedding
-// (a row lookup table), fp32 buffers for random engines and for dtypes the kernels do not
-// take as stored (F16, misaligned data),
+// dequantise per block on the fly; the embedding too, one gathered row per token), fp32
+// copies of the small vectors, fp32 buffers for random engines and for dtypes the kernels do
+// not take as stored (F16, misaligned data),
 // the two RoPE tables, the Engram layout (primes/offsets/multipliers derived from the config)
 // and the Engram token map (tokenizer-derived; supplied by the caller).
 // Does not own: any per-sequence state (sequence.hpp), scratch memory (forward.hpp's runner),
@@ -55,7 +55,7 @@ class engine {
 
   const model_config& config() const { return cfg_; }
   const block_weights& block(int l) const { return blocks_[(size_t)l]; }
-  const fvec& embed() const { return embed_; }    // [vocab, d]
+  const qmat& embed() const { return embed_; }    // [vocab, d] stored dtype (kernels::dequant_rows)
   const fvec& norm() const { return norm_; }      // [d]
   const qmat& head() const { return head_; }      // [vocab, d]
   const rope_table& main_rope() const { return main_rope_; }
@@ -80,7 +80,8 @@ class engine {
   std::vector<std::vector<float>> owned_;   // fp32 matrices/scales views point into
   size_t mapped_bytes_ = 0;
   std::vector<block_weights> blocks_;  // [num_hidden_layers]
-  fvec embed_, norm_;
+  qmat embed_;
+  fvec norm_;
   qmat head_;
   rope_table main_rope_, compress_rope_;
   engram_layout engram_;

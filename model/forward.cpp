@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "kernels/cpu/fp4_dot.hpp"
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/qmatmul.hpp"
 #include "kernels/cpu/quant.hpp"
@@ -124,7 +125,7 @@ struct runner::workspace {
   std::vector<float> sc, iscore;  // indexer score block, [n_entries]
   std::vector<int32_t> order, bsel;
   std::vector<int32_t> cand_ids;  // [≤ n_blocks·block] entries of one row's candidate blocks
-  std::vector<float> cand_keys;   // [≤ n_blocks·block, Di] their index keys (gathered)
+  std::vector<float> cand_keys;   // [≤ n_blocks·block, Di] their index keys (f32_diagnostic only)
   std::vector<int32_t> cand_top;  // [K] top-k positions among cand_ids
   std::vector<int32_t> topk;    // [R, K]
   std::vector<int> topk_n;      // [R]
@@ -135,7 +136,7 @@ struct runner::workspace {
   std::vector<int64_t> seg_prior_lo;  // [segments] first window position read from the ring
   std::vector<size_t> seg_kv_off;     // [segments] row offset of the segment in kvbuf
   row_helper helper;            // the second core's worker
-  std::vector<float> kc_w[2];   // per attention worker: [K, hd] gathered compressed entries
+  std::vector<float> kc_w[2];   // per attention worker: [K, hd] the row's top-k entries, dequantised
   std::vector<float> logit_w[2];// per attention worker: [H, W + K]
   std::vector<float> scores, selw;  // MoE [R, E], [R, k]
   std::vector<int> sel;             // [R, k]
@@ -454,7 +455,7 @@ void compressor_forward(const engine& e, int l, const float* x, int R, runner::w
       kc::rope_interleaved(k, Di, np, cs, sn, false);
       float* m = lat + (size_t)j * hd;
       kc::rope_interleaved(m, hd, np, cs, sn, false);
-      s.seq->append_entry(si, m, k);  // packs (FP4) and mirrors
+      s.seq->append_entry(si, m, k);  // packs (FP4)
     }
   }
 }
@@ -490,6 +491,34 @@ int select_topk(const float* score, int n, int K, runner::workspace& ws, int32_t
   std::sort(ord, ord + nv);
   std::memcpy(out, ord, sizeof(int32_t) * (size_t)nv);
   return nv;
+}
+
+// Index scores straight from the packed keys: out[q, t] (row stride ldo) = q-th query row ·
+// key t, for keys [0, n_keys) of `keys` (fp4_index entries). Splits the keys over both cores
+// (the runner's helper thread) when the work is above OpenBLAS's own threading threshold, as
+// the fp32 GEMM it replaces was threaded; each half is the same per-key computation.
+void index_scores_fp4(runner::workspace& ws, const float* q, int nq, const uint8_t* keys, int n_keys, int Di,
+                      float* out, int ldo) {
+  if ((int64_t)nq * n_keys * Di < (1 << 18) || n_keys < 64) {
+    kc::fp4_index_dot(q, nq, Di, keys, n_keys, Di, out, ldo);
+    return;
+  }
+  struct job {
+    const float* q;
+    int nq, Di, ldo;
+    const uint8_t* keys;
+    float* out;
+  } j{q, nq, Di, ldo, keys, out};
+  const int half = (n_keys / 2) & ~15;  // whole 16-key tiles on the first core
+  ws.helper.post(
+      [](void* p, int t0, int t1) {
+        const job& b = *static_cast<const job*>(p);
+        kc::fp4_index_dot(b.q, b.nq, b.Di, b.keys + (size_t)t0 * kc::fp4_index_bytes(b.Di), t1 - t0, b.Di,
+                          b.out + t0, b.ldo);
+      },
+      &j, half, n_keys);
+  kc::fp4_index_dot(q, nq, Di, keys, half, Di, out, ldo);
+  ws.helper.wait();
 }
 
 // Indexer of index-source layer l: top-k entry ids per row into ws.topk / ws.topk_n.
@@ -535,8 +564,12 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
     grow(ws.cand, (size_t)R * mb);
   }
   for (const segment& s : ws.segs) {
-    const kv_source_state& st = s.seq->source(s.seq->source_of_layer(li.kv_source));
+    const int src_i = s.seq->source_of_layer(li.kv_source);
+    const kv_source_state& st = s.seq->source(src_i);
     const int ne = (int)st.n_entries;
+    // The keys as stored: FP4 bytes (scored in place) or, f32_diagnostic, fp32 rows.
+    const float* kf = s.seq->index_f32(src_i);
+    const size_t ib = s.seq->index_entry_bytes();
     const int nb = (ne + bs - 1) / bs;
     if (cand_src) {
       if (trace) {
@@ -550,7 +583,7 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
       // of [Hi, ne]. The same products and sums as scoring every entry: the selection is the same.
       const int cap_ids = std::min(ne, ws.cand_blocks * bs);
       int32_t* ids = grow(ws.cand_ids, (size_t)std::max(1, cap_ids));
-      float* kg = grow(ws.cand_keys, (size_t)std::max(1, cap_ids) * Di);
+      float* kg = kf ? grow(ws.cand_keys, (size_t)std::max(1, cap_ids) * Di) : nullptr;
       float* cscore = grow(ws.iscore, (size_t)std::max(1, cap_ids));
       int32_t* ctop = grow(ws.cand_top, (size_t)K);
       for (int i = 0; i < s.n; ++i) {
@@ -563,13 +596,25 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
           if (!cm[bk]) continue;
           const int t1 = std::min(vis, (bk + 1) * bs);
           for (int t = bk * bs; t < t1; ++t) ids[nc++] = t;
-          std::memcpy(kg + (size_t)(nc - (t1 - bk * bs)) * Di, st.index_f32.data() + (size_t)bk * bs * Di,
-                      sizeof(float) * (size_t)(t1 - bk * bs) * Di);
+          if (kg)
+            std::memcpy(kg + (size_t)(nc - (t1 - bk * bs)) * Di, kf + (size_t)bk * bs * Di,
+                        sizeof(float) * (size_t)(t1 - bk * bs) * Di);
         }
         int got = 0;
         if (nc > 0) {
           float* sc = grow(ws.sc, (size_t)Hi * nc);
-          kc::gemm_nt(Hi, nc, Di, qi + (size_t)r * Hi * Di, kg, sc);
+          if (kg) {
+            kc::gemm_nt(Hi, nc, Di, qi + (size_t)r * Hi * Di, kg, sc);
+          } else {
+            // each run of consecutive candidate entries scored from its FP4 bytes: sc [Hi, nc]
+            for (int j0 = 0; j0 < nc;) {
+              int j1 = j0 + 1;
+              while (j1 < nc && ids[j1] == ids[j1 - 1] + 1) ++j1;
+              kc::fp4_index_dot(qi + (size_t)r * Hi * Di, Hi, Di, st.index.data() + (size_t)ids[j0] * ib, j1 - j0,
+                                Di, sc + j0, nc);
+              j0 = j1;
+            }
+          }
           const float* wr = wt + (size_t)r * Hi;
           for (int t = 0; t < nc; ++t) cscore[t] = 0.0f;
           for (int h = 0; h < Hi; ++h) {
@@ -594,7 +639,15 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
       float* sc = nullptr;
       if (ne > 0) {
         sc = grow(ws.sc, (size_t)nrow * Hi * ne);
-        kc::gemm_nt(nrow * Hi, ne, Di, qi + (size_t)(s.row0 + b0) * Hi * Di, st.index_f32.data(), sc);
+        const float* qb = qi + (size_t)(s.row0 + b0) * Hi * Di;
+        if (kf) {
+          kc::gemm_nt(nrow * Hi, ne, Di, qb, kf, sc);
+        } else {
+          // only the entries the block's last row can see (rows read sc[t] for t < vis)
+          const int64_t p_last = ws.pos[(size_t)(s.row0 + b0 + nrow - 1)];
+          const int n_vis = (int)std::min<int64_t>(ne, (p_last + 1) / ratio);
+          index_scores_fp4(ws, qb, nrow * Hi, st.index.data(), n_vis, Di, sc, ne);
+        }
       }
       for (int i = 0; i < nrow; ++i) {
         const int r = s.row0 + b0 + i;
@@ -703,17 +756,15 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
       const segment& s = ws.segs[(size_t)si];
       const int64_t prior_lo = ws.seg_prior_lo[(size_t)si];
       const float* kvb = kvall + ws.seg_kv_off[(size_t)si] * hd;
-      const kv_source_state* src =
-          li.ratio > 0 ? &s.seq->source(s.seq->source_of_layer(li.kv_source)) : nullptr;
+      const int src_i = li.ratio > 0 ? s.seq->source_of_layer(li.kv_source) : -1;
       const int64_t p = ws.pos[(size_t)r];
       const int64_t lo = std::max<int64_t>(prior_lo, p - W + 1);
       const int nw = (int)(p - lo + 1);
       const float* kw = kvb + (size_t)(lo - prior_lo) * hd;
-      const int nc = src ? ws.topk_n[(size_t)r] : 0;
+      const int nc = src_i >= 0 ? ws.topk_n[(size_t)r] : 0;
+      // the row's selected global entries, dequantised from their FP4 bytes: [nc, hd]
       float* kcm = grow(kc_buf, (size_t)std::max(1, nc) * hd);
-      for (int j = 0; j < nc; ++j)
-        std::memcpy(kcm + (size_t)j * hd, src->main_f32.data() + (size_t)ws.topk[(size_t)r * K + j] * hd,
-                    sizeof(float) * (size_t)hd);
+      for (int j = 0; j < nc; ++j) s.seq->main_entry(src_i, ws.topk[(size_t)r * K + j], kcm + (size_t)j * hd);
       const int ld = nw + nc;
       float* lg = grow(lg_buf, (size_t)H * ld);
       const float* qrow = q + (size_t)r * H * hd;
@@ -860,10 +911,12 @@ void run_rows(const engine& e, runner::workspace& ws, bool ced, bool all_logits,
     }
   }
   float* X = grow(ws.X, (size_t)R * hc * d);
-  for (int r = 0; r < R; ++r)
-    for (int k = 0; k < hc; ++k)
-      std::memcpy(X + ((size_t)r * hc + k) * d, e.embed().data() + (size_t)ws.tok[(size_t)r] * d,
-                  sizeof(float) * (size_t)d);
+  for (int r = 0; r < R; ++r) {
+    // the token's embedding row, dequantised from the checkpoint's dtype, into every stream
+    float* xr = X + (size_t)r * hc * d;
+    kc::dequant_rows(e.embed(), ws.tok[(size_t)r], 1, xr);
+    for (int k = 1; k < hc; ++k) std::memcpy(xr + (size_t)k * d, xr, sizeof(float) * (size_t)d);
+  }
   float* pre = grow(ws.pre, (size_t)R * hc);
   for (int r = 0; r < R; ++r)
     for (int k = 0; k < hc; ++k) pre[r * hc + k] = k == 0 ? 1.0f : 0.0f;

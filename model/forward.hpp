@@ -18,13 +18,16 @@
 //               through the decoder layers, whose SWA then sees only those rows (decoder
 //               bounded replay). With ≤ sliding_window new rows the two modes are identical.
 // Numerics (kv_storage::packed): SWA KV FP8 (e4m3, UE8M0/32) after RoPE; compressed KV FP4
-// (e2m1, E4M3/16) after RoPE at j·m; index keys and indexer queries FP4 (UE8M0/32); global KV
-// is dequantised only for attention (the sequence keeps an fp32 mirror of the packed bytes).
+// (e2m1, E4M3/16) after RoPE at j·m; index keys and indexer queries FP4 (UE8M0/32). Global KV
+// exists only as the sequence's packed bytes: the indexer scores the FP4 keys in place
+// (kernels::fp4_index_dot), and the sparse attention dequantises only the entries a row
+// selected (its top-k, into a per-row [K, hd] scratch; the window comes from the FP8 ring).
 // Index top-k ties go to the lower entry index; each KV source scores with its own keys.
 // Weights: every projection is kernels::qgemm_nt over the engine's matrices in their stored
 // dtype (F32 via OpenBLAS as before; BF16/FP8/FP4 dequantised per block on the fly).
 // Threads: GEMMs use OpenBLAS's threads; the per-row sparse attention splits its rows over two
-// std::threads when each row's work is below OpenBLAS's own threading threshold.
+// std::threads when each row's work is below OpenBLAS's own threading threshold, and the
+// indexer's FP4 scoring splits its keys over the same two threads when it is above it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // sequence — see sequence.hpp.
 #include "model/sequence.hpp"
 
+#include <atomic>
 #include <cstring>
 
 #include "kernels/cpu/quant.hpp"
@@ -8,6 +9,11 @@
 namespace cedar::model {
 
 namespace kq = cedar::kernels;
+
+uint64_t sequence::identity::next_id() {
+  static std::atomic<uint64_t> n{1};
+  return n.fetch_add(1, std::memory_order_relaxed);
+}
 
 sequence::sequence(const model_config& c, kv_storage storage) : cfg_(c), storage_(storage) {
   const bool packed = storage == kv_storage::packed;
@@ -48,6 +54,7 @@ void sequence::swa_entry(int layer, int64_t pos, float* out) const {
 }
 
 void sequence::swa_write(int layer, int64_t pos, const float* kv) {
+  ++ident_.version;
   uint8_t* p = rings_[(size_t)layer].bytes.data() + (size_t)(pos % cfg_.sliding_window) * swa_bytes_;
   if (storage_ == kv_storage::packed)
     kq::fp8_swa_pack(kv, cfg_.head_dim, p);
@@ -56,29 +63,59 @@ void sequence::swa_write(int layer, int64_t pos, const float* kv) {
 }
 
 void sequence::append_entry(int i, const float* main, const float* key) {
+  ++ident_.version;
   kv_source_state& s = sources_[(size_t)i];
   const int hd = cfg_.head_dim, di = cfg_.index_head_dim;
   const size_t m0 = s.main.size(), k0 = s.index.size();
   s.main.resize(m0 + main_bytes_);
   s.index.resize(k0 + index_bytes_);
-  const size_t f0 = s.main_f32.size(), g0 = s.index_f32.size();
-  s.main_f32.resize(f0 + (size_t)hd);
-  s.index_f32.resize(g0 + (size_t)di);
   if (storage_ == kv_storage::packed) {
     kq::fp4_kv_pack(main, hd, s.main.data() + m0);
-    kq::fp4_kv_unpack(s.main.data() + m0, hd, s.main_f32.data() + f0);
     kq::fp4_index_pack(key, di, s.index.data() + k0);
-    kq::fp4_index_unpack(s.index.data() + k0, di, s.index_f32.data() + g0);
   } else {
     std::memcpy(s.main.data() + m0, main, main_bytes_);
-    std::memcpy(s.main_f32.data() + f0, main, main_bytes_);
     std::memcpy(s.index.data() + k0, key, index_bytes_);
-    std::memcpy(s.index_f32.data() + g0, key, index_bytes_);
   }
   ++s.n_entries;
 }
 
+void sequence::main_entry(int i, int64_t e, float* out) const {
+  const uint8_t* p = sources_[(size_t)i].main.data() + (size_t)e * main_bytes_;
+  if (storage_ == kv_storage::packed)
+    kq::fp4_kv_unpack(p, cfg_.head_dim, out);
+  else
+    std::memcpy(out, p, main_bytes_);
+}
+
+const float* sequence::index_f32(int i) const {
+  if (storage_ == kv_storage::packed) return nullptr;
+  // f32_diagnostic entries are fp32 rows written by memcpy; vector storage is aligned for float
+  return reinterpret_cast<const float*>(sources_[(size_t)i].index.data());
+}
+
+std::vector<float> sequence::main_values(int i) const {
+  const kv_source_state& s = sources_[(size_t)i];
+  std::vector<float> out((size_t)s.n_entries * cfg_.head_dim);
+  for (int64_t e = 0; e < s.n_entries; ++e) main_entry(i, e, out.data() + (size_t)e * cfg_.head_dim);
+  return out;
+}
+
+std::vector<float> sequence::index_values(int i) const {
+  const kv_source_state& s = sources_[(size_t)i];
+  const int di = cfg_.index_head_dim;
+  std::vector<float> out((size_t)s.n_entries * di);
+  for (int64_t e = 0; e < s.n_entries; ++e) {
+    const uint8_t* p = s.index.data() + (size_t)e * index_bytes_;
+    if (storage_ == kv_storage::packed)
+      kq::fp4_index_unpack(p, di, out.data() + (size_t)e * di);
+    else
+      std::memcpy(out.data() + (size_t)e * di, p, index_bytes_);
+  }
+  return out;
+}
+
 void sequence::append_tokens(const int32_t* t, int n, const int64_t* compressed) {
+  ++ident_.version;
   tokens_.insert(tokens_.end(), t, t + n);
   const size_t keep = (size_t)std::max(0, cfg_.engram_max_ngram_size - 1);
   if (keep == 0 || cfg_.engram_layer_ids.empty()) return;
@@ -104,17 +141,19 @@ sequence_snapshot sequence::snapshot() const {
 }
 
 void sequence::clear() {
+  ++ident_.version;
   tokens_.clear();
   ngram_history_.clear();
   for (swa_ring& r : rings_) r.first_pos = 0;
   for (kv_source_state& k : sources_) {
     k.n_entries = 0;
-    k.main.clear(); k.index.clear(); k.main_f32.clear(); k.index_f32.clear();
+    k.main.clear(); k.index.clear();
     k.n_pending = 0;
   }
 }
 
 status sequence::restore(const sequence_snapshot& s) {
+  ++ident_.version;
   if (s.sources.size() != sources_.size())
     return make_error(errc::mismatch, "sequence restore: " + std::to_string(s.sources.size()) +
                                           " KV sources given, the model has " + std::to_string(sources_.size()));
@@ -148,24 +187,12 @@ status sequence::restore(const sequence_snapshot& s) {
   tokens_ = s.tokens;
   ngram_history_ = s.ngram_history;
   for (swa_ring& r : rings_) r.first_pos = n;  // empty: replay rebuilds them
-  const int hd = cfg_.head_dim, di = cfg_.index_head_dim;
   for (size_t i = 0; i < sources_.size(); ++i) {
     kv_source_state& k = sources_[i];
     const sequence_snapshot::source& o = s.sources[i];
-    k.main = o.main;
+    k.main = o.main;  // plain copies: the bytes are the only form of the global KV
     k.index = o.index;
     k.n_entries = n / k.ratio;
-    k.main_f32.resize((size_t)k.n_entries * hd);
-    k.index_f32.resize((size_t)k.n_entries * di);
-    for (int64_t e = 0; e < k.n_entries; ++e) {
-      if (storage_ == kv_storage::packed) {
-        kq::fp4_kv_unpack(k.main.data() + (size_t)e * main_bytes_, hd, k.main_f32.data() + (size_t)e * hd);
-        kq::fp4_index_unpack(k.index.data() + (size_t)e * index_bytes_, di, k.index_f32.data() + (size_t)e * di);
-      } else {
-        std::memcpy(k.main_f32.data() + (size_t)e * hd, k.main.data() + (size_t)e * main_bytes_, main_bytes_);
-        std::memcpy(k.index_f32.data() + (size_t)e * di, k.index.data() + (size_t)e * index_bytes_, index_bytes_);
-      }
-    }
     k.n_pending = o.n_pending;
     std::copy(o.pending_kv.begin(), o.pending_kv.end(), k.pending_kv.begin());
     std::copy(o.pending_gate.begin(), o.pending_gate.end(), k.pending_gate.begin());

@@ -8,17 +8,20 @@
 //     (bounded replay starts a ring afresh: entries before it are never read);
 //   * per KV source (config.kv_source_layer_ids order) the global KV as two contiguous,
 //     growable byte arrays — main entries (fp4_kv, 288 B) and index keys (fp4_index, 68 B) —
-//     exactly what the session store persists; the ratio>1 pending partial group (kv and gate
-//     rows, fp32); and fp32 mirrors of both arrays (derived, rebuilt on restore, never saved);
+//     exactly what the session store persists, and the only copy: the forward pass
+//     dequantises the entries it selects from these bytes (main_entry, fp4_dot for the index
+//     keys); and the ratio>1 pending partial group (kv and gate rows, fp32);
 //   * the Engram n-gram history: compressed ids of the last max_ngram−1 tokens.
 // Does not own: weights (engine), scratch (runner). Not thread-safe: exactly one owner.
 //
 // Invariants:
 //   1. every KV source holds n_tokens / ratio entries and n_tokens % ratio pending rows;
 //   2. ring entries of layer l are valid for positions [max(ring_first_pos, n_tokens−W), n);
-//   3. the packed arrays and their mirrors agree: mirror = unpack(bytes);
+//   3. global KV exists once, as entry bytes (no fp32 copy): a resident entry costs
+//      main_entry_bytes + index_entry_bytes (53 B at head_dim 64 / index_head_dim 32);
 //   4. storage is `packed` except in the test-only diagnostic `f32_diagnostic`, where every
-//      entry is raw fp32 (no quantisation anywhere) to compare with the fixture's noquant run.
+//      entry is raw fp32 (no quantisation anywhere) to compare with the fixture's noquant run;
+//      its bytes are read in place as floats (index_f32), never converted.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +47,6 @@ struct kv_source_state {
   int n_pending = 0;               // tokens of the current partial group (< ratio)
   std::vector<float> pending_kv;   // [ratio−1, head_dim] fp32 (first n_pending rows valid)
   std::vector<float> pending_gate; // [ratio−1, head_dim] fp32
-  std::vector<float> main_f32;     // mirror [n_entries, head_dim]
-  std::vector<float> index_f32;    // mirror [n_entries, index_head_dim]
 };
 
 struct swa_ring {
@@ -69,6 +70,13 @@ class sequence {
  public:
   explicit sequence(const model_config& c, kv_storage storage = kv_storage::packed);
 
+  // Identity and change counter for caches of this sequence's state kept elsewhere (the cuda
+  // backend's device mirror): id is unique per process (a copy is a new timeline with a new
+  // id; a moved-from sequence gets a fresh one); version changes on every mutation (every
+  // mutating call below, including the mutable accessors).
+  uint64_t id() const { return ident_.id; }
+  uint64_t version() const { return ident_.version; }
+
   const model_config& config() const { return cfg_; }
   kv_storage storage() const { return storage_; }
   int64_t n_tokens() const { return (int64_t)tokens_.size(); }
@@ -88,23 +96,53 @@ class sequence {
   void swa_entry(int layer, int64_t pos, float* out) const;
   bool swa_valid(int layer, int64_t pos) const;
 
+  // Global KV of source i, read from its bytes (typed by storage()):
+  //   main_entry   entry e (< n_entries) dequantised (packed) or copied (f32) -> out[head_dim];
+  //   index_f32    f32_diagnostic only: the index keys in place, [n_entries, index_head_dim]
+  //                fp32; nullptr for packed storage (score those with kernels::fp4_index_dot);
+  //   main_values / index_values: every entry dequantised, [n_entries, head_dim] /
+  //                [n_entries, index_head_dim] fp32, a fresh copy for tests and diagnostics.
+  void main_entry(int i, int64_t e, float* out) const;
+  const float* index_f32(int i) const;
+  std::vector<float> main_values(int i) const;
+  std::vector<float> index_values(int i) const;
+
   sequence_snapshot snapshot() const;
-  // Restores everything but the SWA rings (which come back empty: run runner::replay).
-  // Checks sizes against the config and the token count (errors name the source and field).
+  // Restores everything but the SWA rings (which come back empty: run runner::replay): the
+  // entry bytes are copied as they are (nothing is unpacked). Checks sizes against the config
+  // and the token count (errors name the source and field).
   status restore(const sequence_snapshot& s);
   void clear();
 
   // ---- used by the forward pass (forward.cpp) -------------------------------------------
-  kv_source_state& source_mut(int i) { return sources_[(size_t)i]; }
-  swa_ring& ring_mut(int layer) { return rings_[(size_t)layer]; }
+  kv_source_state& source_mut(int i) { return ++ident_.version, sources_[(size_t)i]; }
+  swa_ring& ring_mut(int layer) { return ++ident_.version, rings_[(size_t)layer]; }
   void swa_write(int layer, int64_t pos, const float* kv);  // packs kv[head_dim] into its slot
   // Appends one compressed entry (main [head_dim], key [index_head_dim], both fp32 after
-  // RoPE) to source i: packs them and appends the unpacked values to the mirrors.
+  // RoPE) to source i: packs them (f32_diagnostic: copies them) onto its byte arrays.
   void append_entry(int i, const float* main, const float* key);
   void append_tokens(const int32_t* t, int n, const int64_t* compressed);  // + n-gram history
-  void set_ring_first_pos(int layer, int64_t pos) { rings_[(size_t)layer].first_pos = pos; }
+  void set_ring_first_pos(int layer, int64_t pos) {
+    ++ident_.version;
+    rings_[(size_t)layer].first_pos = pos;
+  }
 
  private:
+  struct identity {
+    static uint64_t next_id();
+    uint64_t id = next_id(), version = 0;
+    identity() = default;
+    identity(const identity&) {}
+    identity& operator=(const identity&) { return ++version, *this; }
+    identity(identity&& o) noexcept : id(o.id), version(o.version) { o.id = next_id(); }
+    identity& operator=(identity&& o) noexcept {
+      id = o.id;
+      version = o.version + 1;
+      o.id = next_id();
+      return *this;
+    }
+  };
+  identity ident_;
   model_config cfg_;
   kv_storage storage_;
   size_t swa_bytes_ = 0, main_bytes_ = 0, index_bytes_ = 0;

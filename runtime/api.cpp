@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "kernels/base/log.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 #include "kernels/cpu/quant.hpp"
 #include "kernels/device.hpp"
 #include "model/config.hpp"
@@ -53,10 +54,24 @@ uint64_t model_dir_hash(const std::string& dir) {
   return h;
 }
 
+// XXH64 (seed vocab_size) of the first 2^16 embedding values as fp32, as when the engine held
+// an fp32 copy: the embedding stays in its checkpoint dtype, so the values are dequantised row
+// by row into a small buffer and streamed (stored session hashes stay valid).
 uint64_t engine_hash(const model::engine& e) {
-  const auto& emb = e.embed();
-  size_t n = std::min<size_t>(emb.size(), 1 << 16);
-  uint64_t h = XXH64(emb.data(), n * sizeof(float), uint64_t(e.config().vocab_size));
+  const kernels::qmatrix& emb = e.embed();
+  const size_t cols = size_t(emb.cols);
+  size_t left = std::min<size_t>(size_t(emb.rows) * cols, 1 << 16);
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, uint64_t(e.config().vocab_size));
+  std::vector<float> row(cols);
+  for (int64_t r = 0; left > 0; ++r) {
+    kernels::dequant_rows(emb, r, 1, row.data());
+    const size_t k = std::min(left, cols);
+    XXH64_update(st, row.data(), k * sizeof(float));
+    left -= k;
+  }
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
   return h ^ uint64_t(e.config().hidden_size) * 0x9E3779B97F4A7C15ull;
 }
 
@@ -98,6 +113,14 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
     const std::string& dir = o.model_dir;
     p->model_hash = model_dir_hash(dir);
   }
+  auto want = model::parse_backend_request(o.backend);
+  if (!want) return want.take_err();
+  if (*want == model::backend_request::cuda) {
+    if (o.kv_unquantised)
+      return make_error(errc::invalid_argument, "runtime: the cuda backend keeps packed KV (no unquantised diagnostic)");
+    if (const std::string why = model::cuda_unavailable_reason(); !why.empty())
+      return make_error(errc::unavailable, "runtime: backend cuda: " + why);
+  }
   if (o.store_path.empty()) return make_error(errc::invalid_argument, "runtime: no store_path given");
   auto st = sessions::store::open(o.store_path);
   if (!st) return st.take_err();
@@ -123,6 +146,7 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
   runtime::executor_options xo;
   xo.policy = o.resume;
   if (o.kv_unquantised) xo.storage = model::kv_storage::f32_diagnostic;
+  xo.backend = *want;
   p->exec = spawn_executor(*p->sys, p->engine, o.ram_budget_mb << 20, p->store, xo);
   return std::unique_ptr<agent_runtime>(new agent_runtime(std::move(p)));
 }

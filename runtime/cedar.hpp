@@ -55,6 +55,9 @@ struct runtime_options {
   // Diagnostic (`cedar eval --kv bf16`): keep every KV entry unquantised (fp32). Such KV is not
   // persisted, so a session that leaves RAM comes back by re-prefilling its token log.
   bool kv_unquantised = false;
+  // Where decode steps run: "cpu", "cuda" (an NVIDIA GPU; open() fails, saying why, when none
+  // can be used) or "auto" (cuda when a GPU is present). Prefill and replay run on the CPU.
+  std::string backend = "cpu";
   int scheduler_threads = 2;
   // Optional `mcpServers` config file: every server's tools join the registry as "<server>__<tool>".
   std::string mcp_config;

@@ -5,9 +5,13 @@
 //   cedar demo [--model DIR] [--store DB]
 //
 // Tokens stream to stdout; tool calls and results go to stderr, prefixed, so that stdout is the
-// model's text. Ctrl-C in `chat` interrupts the current generation, a second one quits.
+// model's text. Ctrl-C in `chat` interrupts the current generation; at the prompt it quits
+// (runtime/shutdown_signals.hpp: the handler only writes to a pipe, the reaction runs here).
 #include "runtime/cmd_agent.hpp"
 
+#include <poll.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -15,11 +19,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 #include "kernels/base/log.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/cmd_sessions.hpp"
+#include "runtime/shutdown_signals.hpp"
 
 namespace cedar::runtime {
 namespace {
@@ -33,6 +39,7 @@ struct agent_args {
   std::string agent_file;
   std::string mcp_config;
   std::string files_root = ".";
+  std::string backend = "cpu";
   int64_t session = -1;
   int max_new_tokens = -1;
   bool json = false;
@@ -49,6 +56,8 @@ void add_common(CLI::App* c, agent_args& a) {
   c->add_option("--files-root", a.files_root, "directory file_read/file_list may read")->capture_default_str();
   c->add_option("--session", a.session, "continue this stored session instead of starting a new one");
   c->add_option("--max-new-tokens", a.max_new_tokens, "tokens per model reply");
+  c->add_option("--backend", a.backend, "where decode steps run: cpu, cuda (an NVIDIA GPU) or auto")
+      ->capture_default_str();
 }
 
 result<agent_options> load_agent_options(const agent_args& a) {
@@ -88,6 +97,7 @@ result<std::unique_ptr<agent_runtime>> open_runtime(agent_args& a) {
   ro.store_path = a.store;
   ro.mcp_config = a.mcp_config;
   ro.files_root = a.files_root;
+  ro.backend = a.backend;
   return agent_runtime::open(ro);
 }
 
@@ -141,6 +151,10 @@ void print_summary(const turn_result& r, int64_t session) {
 }
 
 int cmd_run(agent_args a, const std::string& task) {
+  // SIGINT/SIGTERM cancel the turn (what was committed stays); the exit status is then 128 + the
+  // signal, as a shell reports a process it interrupted. Installed first: a signal while the
+  // model loads ends the command before the turn starts.
+  shutdown_signals sigs;
   auto rt = open_runtime(a);
   if (!rt) {
     std::fprintf(stderr, "cedar run: %s\n", rt.err().message.c_str());
@@ -151,25 +165,81 @@ int cmd_run(agent_args a, const std::string& task) {
     std::fprintf(stderr, "cedar run: %s\n", ag.err().message.c_str());
     return 2;
   }
+  if (pollfd p{sigs.fd(), POLLIN, 0}; ::poll(&p, 1, 0) == 1) {
+    const int s = sigs.wait();
+    std::fprintf(stderr, "cedar run: %s before the turn started\n", shutdown_signals::name(s));
+    return 128 + s;
+  }
+  int stopped_by = 0;
+  std::thread watcher([&] {
+    for (int s; (s = sigs.wait()) != 0;) {
+      ag->cancel();
+      stopped_by = s;
+    }
+  });
   auto r = ag->ask(task, a.json ? std::function<void(const agent_event&)>() : print_event);
+  sigs.wake();
+  watcher.join();
   if (!r) {
     std::fprintf(stderr, "cedar run: %s\n", r.err().message.c_str());
     return 1;
   }
   if (a.json) std::printf("%s\n", to_json(*r, ag->session()).dump(2).c_str());
   else print_summary(*r, ag->session());
+  if (stopped_by != 0) {
+    std::fprintf(stderr, "cedar run: %s, turn cancelled\n", shutdown_signals::name(stopped_by));
+    return 128 + stopped_by;
+  }
   return 0;
 }
 
-// Ctrl-C: the first cancels the running turn, a second (while idle) quits.
-std::atomic<agent*> g_chat_agent{nullptr};
-std::atomic<bool> g_interrupted{false};
-void on_sigint(int) {
-  if (agent* a = g_chat_agent.load()) a->cancel();
-  else g_interrupted = true;
-}
+// Reads stdin a line at a time with poll(), next to the signal pipe, so that a Ctrl-C at the
+// prompt is seen at once (a blocking getline would sit until the next line).
+enum class chat_input { line, eof, signal };
+struct line_reader {
+  std::string buf;
+  bool at_eof = false;
+  chat_input next(shutdown_signals& sigs, std::string& line, int& sig) {
+    for (;;) {
+      if (size_t nl = buf.find('\n'); nl != std::string::npos) {
+        line = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        return chat_input::line;
+      }
+      if (at_eof) {
+        if (buf.empty()) return chat_input::eof;
+        line = std::move(buf);
+        buf.clear();
+        return chat_input::line;
+      }
+      pollfd p[2] = {{0, POLLIN, 0}, {sigs.fd(), POLLIN, 0}};
+      const sigset_t unblocked = shutdown_signals::wait_mask();
+      if (::ppoll(p, 2, nullptr, &unblocked) < 0) {
+        if (errno == EINTR) continue;
+        return chat_input::eof;
+      }
+      if (p[1].revents & POLLIN) {
+        sig = sigs.wait();  // readable: does not block
+        if (sig != 0) return chat_input::signal;
+        continue;
+      }
+      if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        char tmp[4096];
+        const ssize_t n = ::read(0, tmp, sizeof tmp);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) at_eof = true;
+        else buf.append(tmp, size_t(n));
+      }
+    }
+  }
+};
 
+// Ctrl-C (SIGINT) during a reply cancels the turn; at the prompt it quits. SIGTERM cancels a
+// running turn and quits. The handler only writes to shutdown_signals' pipe; the reactions run
+// here: at the prompt in line_reader::next, during a turn in a watcher thread that owns the pipe
+// until the turn ends (shutdown_signals invariant 4).
 int cmd_chat(agent_args a) {
+  shutdown_signals sigs;  // first: a signal while the model loads quits cleanly below
   auto rt = open_runtime(a);
   if (!rt) {
     std::fprintf(stderr, "cedar chat: %s\n", rt.err().message.c_str());
@@ -180,23 +250,36 @@ int cmd_chat(agent_args a) {
     std::fprintf(stderr, "cedar chat: %s\n", ag.err().message.c_str());
     return 2;
   }
-  std::signal(SIGINT, on_sigint);
   bool tty = isatty(0);
   std::fprintf(stderr, "cedar chat: session %lld (Ctrl-C interrupts a reply, Ctrl-D quits)\n",
                (long long)ag->session());
+  line_reader in;
   std::string line;
-  while (!g_interrupted) {
+  bool quit = false;
+  while (!quit) {
     if (tty) std::fprintf(stderr, "\n> ");
-    if (!std::getline(std::cin, line)) break;
+    int sig = 0;
+    const chat_input got = in.next(sigs, line, sig);
+    if (got == chat_input::eof) break;
+    if (got == chat_input::signal) {
+      std::fprintf(stderr, "\ncedar chat: %s, quitting\n", shutdown_signals::name(sig));
+      break;
+    }
     if (line.empty()) continue;
     agent copy = *ag;
-    g_chat_agent = &copy;
+    std::thread watcher([&] {
+      for (int s; (s = sigs.wait()) != 0;) {
+        copy.cancel();
+        if (s == SIGTERM) quit = true;
+      }
+    });
     auto r = copy.ask(line, print_event);
-    g_chat_agent = nullptr;
+    sigs.wake();  // the watcher returns the pipe to this thread
+    watcher.join();
     if (!r) std::fprintf(stderr, "\n[error] %s\n", r.err().message.c_str());
     else print_summary(*r, copy.session());
   }
-  std::signal(SIGINT, SIG_DFL);
+  if (quit) std::fprintf(stderr, "cedar chat: SIGTERM, quitting\n");
   return 0;
 }
 
@@ -258,6 +341,7 @@ void add_agent_commands(CLI::App& app, int* exit_code) {
   auto* demo = app.add_subcommand("demo", "the default agent demo: the shipped model calling built-in tools");
   demo->add_option("--model", demo_args.model_dir, "model directory")->capture_default_str();
   demo->add_option("--store", demo_args.store, "session store (default: a new temp file)");
+  demo->add_option("--backend", demo_args.backend, "where decode steps run: cpu, cuda or auto")->capture_default_str();
   demo->callback([exit_code] { *exit_code = cmd_demo(demo_args); });
 }
 

@@ -1,6 +1,6 @@
 // cedar generate --model DIR (--prompt TEXT | --tokens FILE.npy) [--max-tokens N]
 //                [--greedy | --temperature T --top-p P --min-p P] [--seed S]
-//                [--print-logits K] [--mode ced|full] [--json]
+//                [--print-logits K] [--mode ced|full] [--backend cpu|cuda|auto] [--json]
 //
 // Streams generated text (or ids, when the model directory has no tokenizer) to stdout.
 // --print-logits K prints the top-K (id, logit) of every step, for comparisons with other
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "model/backend.hpp"
 #include "model/forward.hpp"
 #include "model/model_dir.hpp"
 #include "model/npy.hpp"
@@ -22,7 +23,7 @@ namespace cedar::runtime {
 namespace {
 
 struct gen_args {
-  std::string model_dir, prompt, tokens_file, mode = "ced";
+  std::string model_dir, prompt, tokens_file, mode = "ced", backend = "cpu";
   int max_tokens = 64, print_logits = 0;
   bool greedy = false, json = false;
   float temperature = 0, top_p = 1, min_p = 0;
@@ -83,7 +84,17 @@ int run_generate(const gen_args& a) {
     std::fprintf(stderr, "cedar generate: --mode: expected 'ced' or 'full', got '%s'\n", a.mode.c_str());
     return 2;
   }
-  model::runner rn(e);
+  auto want = model::parse_backend_request(a.backend);
+  if (!want) {
+    std::fprintf(stderr, "cedar generate: --backend: %s\n", want.err().message.c_str());
+    return 2;
+  }
+  auto be = model::make_backend(e, *want);
+  if (!be) {
+    std::fprintf(stderr, "cedar generate: %s\n", be.err().message.c_str());
+    return 1;
+  }
+  model::backend& rn = **be;
   model::sequence seq(e.config());
   model::prefill_options po;
   po.mode = a.mode == "full" ? model::prefill_mode::full_stack : model::prefill_mode::ced;
@@ -160,6 +171,8 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   g->add_option("--seed", a.seed, "sampling seed");
   g->add_option("--print-logits", a.print_logits, "print the top-K logits of every step");
   g->add_option("--mode", a.mode, "prefill path: ced (decoder runs only the last n_win tokens) or full")->capture_default_str();
+  g->add_option("--backend", a.backend, "where decode steps run: cpu, cuda (an NVIDIA GPU) or auto")
+      ->capture_default_str();
   g->add_flag("--json", a.json, "one JSON object per step");
   g->callback([exit_code, p, t] {
     if (!*p && !*t) {

@@ -34,7 +34,18 @@ struct executor_core::gen {
 };
 
 executor_core::executor_core(const model::engine& e, size_t ram_budget_bytes, executor_options o)
-    : e_(e), runner_(std::make_unique<model::runner>(e)), budget_(ram_budget_bytes), opts_(o) {}
+    : e_(e), budget_(ram_budget_bytes), opts_(o) {
+  // The runtime checked that a requested cuda backend can run (agent_runtime::open); should it
+  // still fail here (out of device memory), decoding stays on the CPU, said once.
+  model::backend_request want = o.storage == model::kv_storage::packed ? o.backend : model::backend_request::cpu;
+  auto b = model::make_backend(e, want);
+  if (!b) {
+    CEDAR_LOG_WARN("%s; decoding on the CPU", b.err().message.c_str());
+    b = model::make_backend(e, model::backend_request::cpu);
+  }
+  runner_ = std::move(*b);
+  if (runner_->kind() == model::backend_kind::cuda) CEDAR_LOG_INFO("executor: %s", runner_->device().c_str());
+}
 executor_core::~executor_core() = default;
 
 // ============================================================================================
@@ -116,8 +127,7 @@ size_t executor_core::resident_bytes() const {
     const model::sequence& s = *r.seq;
     for (int i = 0; i < s.n_sources(); ++i) {
       const auto& src = s.source(i);
-      total += src.main.capacity() + src.index.capacity() +
-               (src.main_f32.capacity() + src.index_f32.capacity()) * sizeof(float);
+      total += src.main.capacity() + src.index.capacity();  // the entry bytes: the only copy
     }
     for (int l = 0; l < s.config().n_layers_total(); ++l) total += s.ring(l).bytes.capacity();
     total += s.tokens().capacity() * sizeof(int32_t);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/base/result.hpp"
+#include "model/backend.hpp"
 #include "model/engine.hpp"
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
@@ -52,6 +53,8 @@ struct executor_options {
   // packed: FP8 SWA + FP4 global KV (the model). f32_diagnostic: nothing quantised; its KV is not
   // persisted (the store holds FP4 pages), so a restore re-prefills from the token log.
   model::kv_storage storage = model::kv_storage::packed;
+  // Where prefill/decode run (model/backend.hpp); cuda needs packed storage (else: cpu).
+  model::backend_request backend = model::backend_request::cpu;
 };
 
 struct generation_params {
@@ -173,7 +176,7 @@ class executor_core {
   turn_kv collect_delta(resident_seq& r);
 
   const model::engine& e_;
-  std::unique_ptr<model::runner> runner_;
+  std::unique_ptr<model::backend> runner_;
   size_t budget_;
   executor_options opts_;
   std::map<int64_t, resident_seq> seqs_;

@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# Runs the CUDA op tests (tests/cuda/, binary test_cuda) on a machine with an NVIDIA GPU.
+# Runs the CUDA tests on a machine with an NVIDIA GPU: the op tests (test_cuda: every op against
+# a CPU oracle) and the cuda backend end to end (test_cuda_model: decode steps against the CPU
+# runner on the shipped model and an FP8/FP4 random model).
 #
-#   scripts/cuda-tests.sh [--help] [TEST_BINARY] [gtest flags...]
+#   scripts/cuda-tests.sh [--help] [TEST_BINARY...] [-- gtest flags...]
 #
-# TEST_BINARY defaults to build/tests/test_cuda (`cmake --build build --target test_cuda`; the
-# binary links the CUDA runtime statically and needs only libstdc++ and the NVIDIA driver, so it
-# can be built on a machine without a GPU and copied to one). Results also go to
-# $OUT/cuda-tests.json when $OUT is set (the GPU machine's output folder), else to
-# build/cuda-tests.json. Exit status: the test program's.
-set -euo pipefail
+# Binaries default to build/tests/test_cuda and build/tests/test_cuda_model (`cmake --build
+# build --target test_cuda test_cuda_model`; the CUDA runtime is linked statically, so they can
+# be built on a machine without a GPU and copied to one; test_cuda_model also needs the shared
+# libraries of cedar_model: OpenBLAS, simdjson, PCRE2). Results go to $OUT/<binary>.json when
+# $OUT is set (the GPU machine's output folder), else to build/<binary>.json. Exit status: 0
+# when every binary passed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
-bin="build/tests/test_cuda"
-if [[ $# -gt 0 && "$1" != -* ]]; then bin="$1"; shift; fi
-if [[ ! -x "$bin" ]]; then
-  echo "cuda-tests: $bin not found; build it with: cmake --build build --target test_cuda" >&2
-  exit 2
-fi
+bins=()
+while [[ $# -gt 0 && "$1" != "--" ]]; do bins+=("$1"); shift; done
+[[ "${1:-}" == "--" ]] && shift
+[[ ${#bins[@]} -eq 0 ]] && bins=(build/tests/test_cuda build/tests/test_cuda_model)
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-json="${OUT:-build}/cuda-tests.json"
-mkdir -p "$(dirname "$json")"
-"$bin" --gtest_output="json:$json" "$@"
+export CEDAR_SOURCE_DIR="${CEDAR_SOURCE_DIR:-$PWD}"  # the shipped model, wherever the checkout is
+rc=0
+for bin in "${bins[@]}"; do
+  if [[ ! -x "$bin" ]]; then
+    echo "cuda-tests: $bin not found; build it with: cmake --build build --target $(basename "$bin")" >&2
+    rc=2
+    continue
+  fi
+  json="${OUT:-build}/$(basename "$bin").json"
+  mkdir -p "$(dirname "$json")"
+  "$bin" --gtest_output="json:$json" "$@" || rc=1
+done
+exit $rc

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "model/backend.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime_test_util.hpp"
 
@@ -112,6 +113,36 @@ TEST(Runtime, BadModelDirIsAClearError) {
   auto rt = agent_runtime::open(o);
   ASSERT_FALSE(rt.ok());
   EXPECT_NE(rt.err().message.find("missing-model"), std::string::npos) << rt.err().message;
+}
+
+// Backend selection (model/backend.hpp): a bad name and a cuda backend that cannot run here
+// (no GPU in CI; or a build without CUDA) are clear errors at open(); auto falls back to the CPU
+// and generates.
+TEST(Runtime, BackendSelectionErrorsAreClearAndAutoRuns) {
+  test::temp_dir dir;
+  runtime_options o;
+  o.engine = test::random_engine();
+  o.tokenizer = test::test_tokenizer();
+  o.store_path = dir.file("s.db");
+  o.backend = "gpu";
+  auto bad = agent_runtime::open(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("unknown backend 'gpu'"), std::string::npos) << bad.err().message;
+  if (!model::cuda_unavailable_reason().empty()) {
+    o.backend = "cuda";
+    auto no_gpu = agent_runtime::open(o);
+    ASSERT_FALSE(no_gpu.ok());
+    EXPECT_NE(no_gpu.err().message.find("backend cuda"), std::string::npos) << no_gpu.err().message;
+    EXPECT_NE(no_gpu.err().message.find(model::cuda_unavailable_reason()), std::string::npos);
+  }
+  o.backend = "auto";
+  auto rt = agent_runtime::open(o);
+  ASSERT_TRUE(rt.ok()) << rt.err().message;
+  auto a = (*rt)->create_agent(small_agent());
+  ASSERT_TRUE(a.ok()) << a.err().message;
+  auto r = a->ask("hello");
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_GT(r->generated_tokens, 0);
 }
 
 TEST(Runtime, SixtyFourConcurrentAgentsShareOneExecutor) {

@@ -1,0 +1,329 @@
+// bench_cuda_decode — decode steps of the cuda backend (model/cuda_decoder.cpp) end to end on
+// the GPU: tokens in, logits and the new cache bytes back in the host sequences, at contexts
+// 8K / 32K / 128K and batches 1 / 8 / 64, for the shipped default model and a ~1.2B-parameter
+// random model of the same architecture (BF16 checkpoint written first). Each point is printed
+// beside the bandwidth roofline: bytes a step must read (every weight matrix once, the routed
+// experts the batch selects — expected distinct experts for B rows —, the head; per row and
+// layer the SWA window, the selected FP4 entries, and every visible FP4 index key of the
+// index layers) ÷ the device's measured copy bandwidth (cudaMemcpy device to device, same run).
+//
+// Contexts are synthetic: a sequence is restored from random but well-formed packed pages
+// (FP4 codes with sane scales, FP8 ring entries) of N tokens with full SWA rings, then copied
+// B times; the work per step does not depend on the values. The default model's
+// max_position_embeddings (65536) is raised for the 128K point (timing only, printed).
+//
+// Usage: bench_cuda_decode [--models default,rand1b] [--contexts 8192,32768,131072]
+//                          [--batches 1,8,64] [--steps N] [--csv FILE] [--quick] [--help]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.hpp"
+#include "model/backend.hpp"
+#include "model/model_dir.hpp"
+
+namespace cm = cedar::model;
+namespace kc = cedar::kernels;
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ','))
+    if (!x.empty()) v.push_back(std::stoll(x));
+  return v;
+}
+
+// ~1.2B parameters: the rand100m layer map at hidden 2048, 16 experts of 768, vocab 32768.
+cm::model_config rand1b_config() {
+  cm::model_config c = cedar::bench::random_100m_config();
+  c.vocab_size = 32768;
+  c.hidden_size = 2048;
+  c.num_attention_heads = 16;
+  c.head_dim = 256;
+  c.qk_rope_head_dim = 64;
+  c.q_lora_rank = 512;
+  c.o_groups = 4;
+  c.o_lora_rank = 512;
+  c.index_n_heads = 8;
+  c.index_head_dim = 128;
+  c.index_topk = 512;
+  c.candidate_topk_blocks = 64;
+  c.candidate_block_size = 16;
+  c.moe_intermediate_size = 768;
+  c.n_routed_experts = 16;
+  c.num_experts_per_tok = 2;
+  c.max_position_embeddings = 262144;
+  return c;
+}
+
+double matrix_bytes(const kc::qmatrix& q) {
+  if (q.empty()) return 0;
+  double b = (double)q.data_bytes();
+  if (q.scale_e8m0) b += (double)((q.rows + q.scale_block_rows - 1) / q.scale_block_rows) * (double)q.scale_cols;
+  if (q.scale_f32) b += 4.0 * (double)((q.rows + q.scale_block_rows - 1) / q.scale_block_rows) * (double)q.scale_cols;
+  return b;
+}
+
+// Weight bytes one decode step of B rows reads.
+double weight_bytes_per_step(const cm::engine& e, int B) {
+  const cm::model_config& c = e.config();
+  double b = matrix_bytes(e.head());
+  const double E = c.n_routed_experts, K = c.num_experts_per_tok;
+  const double distinct = E > 0 ? E * (1.0 - std::pow(1.0 - K / E, B)) : 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const cm::block_weights& w = e.block(l);
+    const cm::attention_weights& a = w.attn;
+    for (const kc::qmatrix* q : {&w.hc_attn_fn, &w.hc_ffn_fn, &a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b,
+                                 &a.compressor.wkv, &a.compressor.wgate, &a.indexer.wq_b, &a.indexer.weights_proj,
+                                 &a.indexer.wk, &w.ffn.gate, &w.ffn.shared.w1, &w.ffn.shared.w3, &w.ffn.shared.w2,
+                                 &w.engram.wkv})
+      b += matrix_bytes(*q);
+    if (!w.ffn.experts.empty()) {
+      const cm::expert_weights& x = w.ffn.experts[0];
+      b += distinct * (matrix_bytes(x.w1) + matrix_bytes(x.w3) + matrix_bytes(x.w2));
+    }
+  }
+  return b;
+}
+
+// Cache bytes one row at context N reads in a step.
+double kv_bytes_per_row(const cm::model_config& c, const cm::sequence& s, int64_t N) {
+  double b = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const cm::layer_info& li = c.layers[(size_t)l];
+    b += (double)std::min<int64_t>(N + 1, c.sliding_window) * (double)s.swa_entry_bytes();
+    if (li.ratio > 0) {
+      const int64_t ne = (N + 1) / li.ratio;
+      b += (double)std::min<int64_t>(ne, c.index_topk) * (double)s.main_entry_bytes();
+      if (li.index_source == l)  // an index layer scores every visible key (Reindex: its pool)
+        b += (double)(li.candidate_restricted
+                          ? std::min<int64_t>(ne, (int64_t)c.candidate_topk_blocks * c.candidate_block_size)
+                          : ne) *
+             (double)s.index_entry_bytes();
+    }
+  }
+  return b;
+}
+
+// A well-formed sequence of N tokens with random packed pages and full SWA rings.
+cedar::result<cm::sequence> synthetic_sequence(const cm::engine& e, int64_t N, uint32_t seed) {
+  const cm::model_config& c = e.config();
+  std::mt19937 g(seed);
+  cm::sequence s(c);
+  cm::sequence_snapshot snap;
+  snap.tokens.resize((size_t)N);
+  for (auto& t : snap.tokens) t = (int32_t)(3 + g() % (uint32_t)(c.vocab_size - 3));
+  const int hd = c.head_dim, di = c.index_head_dim;
+  for (int i = 0; i < s.n_sources(); ++i) {
+    const int ratio = s.source(i).ratio;
+    const int64_t ne = N / ratio;
+    cm::sequence_snapshot::source src;
+    src.main.resize((size_t)ne * s.main_entry_bytes());
+    src.index.resize((size_t)ne * s.index_entry_bytes());
+    for (int64_t k = 0; k < ne; ++k) {
+      uint8_t* m = src.main.data() + (size_t)k * s.main_entry_bytes();
+      for (int j = 0; j < hd / 2; ++j) m[j] = (uint8_t)g();
+      for (int j = 0; j < hd / 16; ++j) m[hd / 2 + j] = (uint8_t)(0x28 + g() % 16);  // E4M3 ~ 0.1..0.3
+      uint8_t* x = src.index.data() + (size_t)k * s.index_entry_bytes();
+      for (int j = 0; j < di / 2; ++j) x[j] = (uint8_t)g();
+      for (int j = 0; j < di / 32; ++j) x[di / 2 + j] = (uint8_t)(124 + g() % 3);  // UE8M0 2^-3..2^-1
+    }
+    src.n_pending = (int)(N % ratio);
+    src.pending_kv.assign((size_t)src.n_pending * hd, 0.01f);
+    src.pending_gate.assign((size_t)src.n_pending * hd, 0.0f);
+    snap.sources.push_back(std::move(src));
+  }
+  const size_t keep = c.engram_layer_ids.empty() ? 0 : (size_t)std::max(0, c.engram_max_ngram_size - 1);
+  for (size_t k = 0; k < std::min<size_t>(keep, (size_t)N); ++k)
+    snap.ngram_history.push_back(e.engram_token_map()[(size_t)snap.tokens[(size_t)N - std::min<size_t>(keep, (size_t)N) + k]]);
+  CEDAR_TRY(s.restore(snap));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    cm::swa_ring& r = s.ring_mut(l);
+    for (size_t b = 0; b < r.bytes.size(); ++b) r.bytes[b] = (uint8_t)(g() & 0x77);  // no NaN codes
+    const size_t eb = s.swa_entry_bytes();
+    for (size_t slot = 0; slot < r.bytes.size() / eb; ++slot)
+      for (int j = 0; j < hd / 32; ++j) r.bytes[slot * eb + hd + j] = (uint8_t)(118 + g() % 4);
+    s.set_ring_first_pos(l, std::max<int64_t>(0, N - c.sliding_window));
+  }
+  return s;
+}
+
+double copy_bandwidth() {
+  const size_t n = (size_t)1 << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) return 0;
+  cudaMemset(a, 1, n);
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+  float best = 1e30f;
+  for (int i = 0; i < 5; ++i) {
+    cudaEventRecord(t0);
+    cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(t1);
+    cudaEventSynchronize(t1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    best = std::min(best, ms);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * (double)n / (best * 1e-3);  // read + write
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string models = "default,rand1b", csv_path;
+  std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8, 64};
+  int steps = 10;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* what) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_cuda_decode: %s needs a value\n", what);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: bench_cuda_decode [--models default,rand1b] [--contexts 8192,32768,131072]\n"
+          "                         [--batches 1,8,64] [--steps N] [--csv FILE] [--quick]\n"
+          "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
+          "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n");
+      return 0;
+    } else if (a == "--models") {
+      models = val("--models");
+    } else if (a == "--contexts") {
+      contexts = parse_list(val("--contexts"));
+    } else if (a == "--batches") {
+      batches = parse_list(val("--batches"));
+    } else if (a == "--steps") {
+      steps = std::max(1, std::atoi(val("--steps").c_str()));
+    } else if (a == "--csv") {
+      csv_path = val("--csv");
+    } else if (a == "--quick") {
+      contexts = {8192};
+      batches = {1, 8};
+      steps = 5;
+    } else {
+      std::fprintf(stderr, "bench_cuda_decode: unknown option %s (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  const std::string why = cm::cuda_unavailable_reason();
+  if (!why.empty()) {
+    std::fprintf(stderr, "bench_cuda_decode: %s\n", why.c_str());
+    return 1;
+  }
+  const double bw = copy_bandwidth();
+  std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
+  FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
+  if (csv) std::fprintf(csv, "model,params,context,batch,ms_per_step,tok_per_s,bytes_per_step,roofline_tok_per_s,fraction\n");
+  const char* src_dir = std::getenv("CEDAR_SOURCE_DIR");
+  const std::string root = src_dir ? src_dir : ".";
+  std::stringstream ms(models);
+  std::string name;
+  while (std::getline(ms, name, ',')) {
+    cm::engine eng = [&]() -> cm::engine {
+      if (name == "default") {
+        auto m = cm::load_model_dir(root + "/model/weights/cedar-agent-tiny", false);
+        if (!m) {
+          std::fprintf(stderr, "bench_cuda_decode: %s\n", m.err().message.c_str());
+          std::exit(1);
+        }
+        cm::model_config c = m->eng->config();
+        c.max_position_embeddings = std::max<int64_t>(c.max_position_embeddings, 262144);  // timing only
+        cm::engine_options o;
+        o.engram_token_map = m->eng->engram_token_map();
+        auto e = cm::engine::load(c, root + "/model/weights/cedar-agent-tiny/model.safetensors", o);
+        if (!e) {
+          std::fprintf(stderr, "bench_cuda_decode: %s\n", e.err().message.c_str());
+          std::exit(1);
+        }
+        return std::move(*e);
+      }
+      cm::model_config c = rand1b_config();
+      if (auto st = cm::finalize(c); !st) {
+        std::fprintf(stderr, "bench_cuda_decode: rand1b config: %s\n", st.err().message.c_str());
+        std::exit(1);
+      }
+      const auto path = std::filesystem::temp_directory_path() / "cedar_rand1b_bf16.safetensors";
+      std::printf("writing the rand1b checkpoint (bf16) ...\n");
+      std::fflush(stdout);
+      if (auto st = cm::write_random_checkpoint(c, 3, cm::storage_layout::bf16, path.string()); !st) {
+        std::fprintf(stderr, "bench_cuda_decode: %s\n", st.err().message.c_str());
+        std::exit(1);
+      }
+      cm::engine_options o;  // Engram addressing: token id -> id mod the compressed vocabulary
+      o.engram_token_map.resize((size_t)c.vocab_size);
+      for (int64_t t = 0; t < c.vocab_size; ++t) o.engram_token_map[(size_t)t] = t % c.engram_compressed_vocab_size;
+      auto e = cm::engine::load(c, path.string(), o);
+      if (!e) {
+        std::fprintf(stderr, "bench_cuda_decode: %s\n", e.err().message.c_str());
+        std::exit(1);
+      }
+      return std::move(*e);
+    }();
+    const cm::model_config& c = eng.config();
+    auto be = cm::make_backend(eng, cm::backend_request::cuda);
+    if (!be) {
+      std::fprintf(stderr, "bench_cuda_decode: %s\n", be.err().message.c_str());
+      return 1;
+    }
+    std::printf("model %s: %.3g parameters; %s\n", name.c_str(), (double)eng.n_params(), (*be)->device().c_str());
+    for (int64_t N : contexts) {
+      if (N + steps + 8 > c.max_position_embeddings) continue;
+      auto base = synthetic_sequence(eng, N, 1);
+      if (!base) {
+        std::fprintf(stderr, "bench_cuda_decode: %s\n", base.err().message.c_str());
+        return 1;
+      }
+      for (int64_t B : batches) {
+        std::vector<cm::sequence> seqs(B, *base);
+        std::vector<cm::sequence*> ptrs;
+        for (auto& s : seqs) ptrs.push_back(&s);
+        std::vector<int32_t> tok((size_t)B, 17);
+        std::vector<float> logits;
+        bool ok = true;
+        for (int w = 0; w < 2 && ok; ++w) ok = (*be)->decode_step(ptrs, tok, logits).ok();  // uploads + warm-up
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int s = 0; s < steps && ok; ++s) {
+          auto st = (*be)->decode_step(ptrs, tok, logits);
+          if (!st) {
+            std::fprintf(stderr, "bench_cuda_decode: %s\n", st.err().message.c_str());
+            ok = false;
+          }
+        }
+        if (!ok) return 1;
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+        const double bytes = weight_bytes_per_step(eng, (int)B) + (double)B * kv_bytes_per_row(c, seqs[0], N);
+        const double roof = bw > 0 ? (double)B / (bytes / bw) : 0;
+        const double tps = (double)B / sec;
+        std::printf("  %-8s ctx %7lld batch %3lld: %8.3f ms/step %9.1f tok/s | roofline %9.1f tok/s (%.1f MB/step) -> %5.1f%%\n",
+                    name.c_str(), (long long)N, (long long)B, sec * 1e3, tps, roof, bytes / 1e6, 100 * tps / roof);
+        std::fflush(stdout);
+        if (csv)
+          std::fprintf(csv, "%s,%lld,%lld,%lld,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),
+                       (long long)N, (long long)B, sec * 1e3, tps, bytes, roof, tps / roof);
+      }
+    }
+  }
+  if (csv) std::fclose(csv);
+  return 0;
+}

@@ -1,0 +1,65 @@
+// gather — see gather.cuh. One block per gathered row or span.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gather.cuh"
+#include "kernels/cuda/qmatrix_device.cuh"
+
+#include <string>
+
+namespace cedar::kernels::cuda {
+namespace {
+
+__global__ void embed_rows_kernel(qmatrix t, const int32_t* tok, int copies, float* X) {
+  const int r = blockIdx.x;
+  const int64_t d = t.cols;
+  const int64_t row = tok[r];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = qmatrix_at(t, row, i);
+    for (int k = 0; k < copies; ++k) X[((int64_t)r * copies + k) * d + i] = v;
+  }
+}
+
+__global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, int layer, int n_cols, float* out) {
+  const int r = blockIdx.x, j = blockIdx.y;
+  const int64_t w = t.cols;
+  const int64_t row = ids[((int64_t)r * n_layers + layer) * n_cols + j];
+  float* o = out + ((int64_t)r * n_cols + j) * w;
+  for (int64_t i = threadIdx.x; i < w; i += blockDim.x) o[i] = qmatrix_at(t, row, i);
+}
+
+__global__ void copy_spans_kernel(const uint8_t* const* src, uint8_t* const* dst, const uint32_t* len) {
+  const int i = blockIdx.x;
+  const uint8_t* s = src[i];
+  uint8_t* d = dst[i];
+  for (uint32_t b = threadIdx.x; b < len[i]; b += blockDim.x) d[b] = s[b];
+}
+
+}  // namespace
+
+status embed_rows(const qmatrix& table, const int32_t* tok, int R, int copies, float* X, cudaStream_t stream) {
+  if (R <= 0 || copies <= 0 || table.empty() || !tok || !X)
+    return make_error(errc::invalid_argument, "embed_rows: empty shape or null pointer (rows " + std::to_string(R) + ")");
+  embed_rows_kernel<<<R, 256, 0, stream>>>(table, tok, copies, X);
+  CEDAR_CUDA_LAUNCHED("embed_rows");
+  return {};
+}
+
+status table_rows(const qmatrix& table, const int64_t* ids, int R, int n_layers, int layer, int n_cols,
+                  float* out, cudaStream_t stream) {
+  if (R <= 0 || n_cols <= 0 || layer < 0 || layer >= n_layers || table.empty() || !ids || !out)
+    return make_error(errc::invalid_argument, "table_rows: bad shape or null pointer (rows " + std::to_string(R) +
+                                                  ", layer " + std::to_string(layer) + " of " + std::to_string(n_layers) + ")");
+  table_rows_kernel<<<dim3((unsigned)R, (unsigned)n_cols), 128, 0, stream>>>(table, ids, n_layers, layer, n_cols, out);
+  CEDAR_CUDA_LAUNCHED("table_rows");
+  return {};
+}
+
+status copy_spans(const uint8_t* const* src, uint8_t* const* dst, const uint32_t* len, int n, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && (!src || !dst || !len)))
+    return make_error(errc::invalid_argument, "copy_spans: null pointer");
+  if (n == 0) return {};
+  copy_spans_kernel<<<n, 128, 0, stream>>>(src, dst, len);
+  CEDAR_CUDA_LAUNCHED("copy_spans");
+  return {};
+}
+
+}  // namespace cedar::kernels::cuda

@@ -1,0 +1,197 @@
+// kv_pack — see kv_pack.cuh. One warp per 32-channel block (FP4 KV: two 16-channel scale
+// blocks per warp, half-warp reductions); block maxima over |x| bit patterns as the CPU takes
+// them; explicit _rn intrinsics so no multiply-add is contracted where the CPU rounds twice.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/kv_pack.cuh"
+
+#include <string>
+
+namespace cedar::kernels::cuda {
+namespace {
+
+__device__ inline float f32_next_up(float x) { return __uint_as_float(__float_as_uint(x) + 1u); }
+
+// E2M1 code of q (already divided by its scale): RNE on {0,.5,1,1.5,2,3,4,6}, clamped, sign
+// bit 3 (quant.cpp e2m1_code_fast).
+__device__ inline uint32_t e2m1_code(float q) {
+  const uint32_t qb = __float_as_uint(q);
+  const float a = __uint_as_float(qb & 0x7FFFFFFFu);
+  const uint32_t c = (a >= f32_next_up(0.25f)) + (a >= 0.75f) + (a >= f32_next_up(1.25f)) + (a >= 1.75f) +
+                     (a >= f32_next_up(2.5f)) + (a >= 3.5f) + (a >= f32_next_up(5.0f));
+  return c | ((qb >> 28) & 8u);
+}
+
+__device__ inline float e2m1_code_value(uint32_t code) {
+  const uint32_t twice = (0xC8643210u >> ((code & 7u) * 4u)) & 15u;
+  const float mag = 0.5f * (float)twice;
+  return code & 8u ? -mag : mag;
+}
+
+// Rounds |a| to the E4M3 grid (RNE), quant.cpp e4m3_round_mag.
+__device__ inline float e4m3_round_mag(float a) {
+  const uint32_t b = __float_as_uint(a);
+  const uint32_t normal = (b + 0x7FFFFu + ((b >> 20) & 1u)) & 0xFFF00000u;
+  const uint32_t sub = __float_as_uint(__fsub_rn(__fadd_rn(a, 16384.0f), 16384.0f));
+  const uint32_t is_sub = 0u - (uint32_t)(b < 0x3C800000u);
+  return __uint_as_float((sub & is_sub) | (normal & ~is_sub));
+}
+
+// E4M3 code of a value already on the grid (quant.cpp e4m3_code_of_exact).
+__device__ inline uint32_t e4m3_code_of_exact(float r) {
+  const uint32_t rb = __float_as_uint(r);
+  const uint32_t ab = rb & 0x7FFFFFFFu;
+  const uint32_t normal = ((((ab >> 23) & 0xFFu) - 120u) << 3) | ((ab >> 20) & 7u);
+  const uint32_t sub = __float_as_uint(__fadd_rn(__uint_as_float(ab), 16384.0f)) & 0xFu;
+  const uint32_t is_sub = 0u - (uint32_t)(ab < 0x3C800000u);
+  return ((sub & is_sub) | (normal & ~is_sub)) | ((rb >> 24) & 0x80u);
+}
+
+__device__ inline int pow2_ceil_exponent(float t) {
+  const uint32_t b = __float_as_uint(t);
+  return (int)((b >> 23) & 0xFFu) - 127 + ((b & 0x7FFFFFu) != 0 ? 1 : 0);
+}
+
+// max |x| over the `width` lanes of this lane's group (width 16 or 32), as bit patterns.
+__device__ inline float group_amax(float x, int width) {
+  uint32_t m = __float_as_uint(x) & 0x7FFFFFFFu;
+  for (int off = width / 2; off; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+  return __uint_as_float(m);
+}
+
+__global__ void rope_rows_kernel(float* x, int nvec, int n, int np, const float* cos, const float* sin,
+                                 float sg) {
+  const int r = blockIdx.x;
+  for (int t = threadIdx.x; t < nvec * np; t += blockDim.x) {
+    const int v = t / np, i = t % np;
+    float* pr = x + ((size_t)r * nvec + v) * n + (n - 2 * np) + 2 * i;
+    const float e = pr[0], o = pr[1];
+    const float c = cos[(size_t)r * np + i], s = sg * sin[(size_t)r * np + i];
+    pr[0] = __fsub_rn(__fmul_rn(e, c), __fmul_rn(o, s));
+    pr[1] = __fadd_rn(__fmul_rn(e, s), __fmul_rn(o, c));
+  }
+}
+
+// One warp per 32 channels: codes + UE8M0 scale (fp8_swa_pack).
+__global__ void pack_fp8_swa_kernel(const float* x, int n, uint8_t* const* dst) {
+  const int r = blockIdx.x;
+  uint8_t* out = dst[r];
+  if (!out) return;
+  const int lane = threadIdx.x & 31;
+  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
+    const float v = x[(size_t)r * n + blk * 32 + lane];
+    const float amax = group_amax(v, 32);
+    const int e = pow2_ceil_exponent(__fmul_rn(fmaxf(amax, 1e-4f), (float)(1.0 / 448.0)));
+    const float inv = ldexpf(1.0f, -e);
+    const uint32_t qb = __float_as_uint(__fmul_rn(v, inv));
+    const uint32_t sign = qb & 0x80000000u;
+    const uint32_t ab = min(qb ^ sign, 0x43E00000u);
+    const float q = __uint_as_float(__float_as_uint(e4m3_round_mag(__uint_as_float(ab))) | sign);
+    out[blk * 32 + lane] = (uint8_t)e4m3_code_of_exact(q);
+    if (lane == 0) out[n + blk] = (uint8_t)(e + 127);
+  }
+}
+
+// One warp per 32 channels = two E4M3-scaled 16-channel blocks (fp4_kv_pack).
+__global__ void pack_fp4_kv_kernel(const float* x, int n, uint8_t* const* dst) {
+  const int r = blockIdx.x;
+  uint8_t* out = dst[r];
+  if (!out) return;
+  const int lane = threadIdx.x & 31;
+  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
+    const int ch = blk * 32 + lane;
+    const float v = x[(size_t)r * n + ch];
+    const float amax = group_amax(v, 16);
+    const float s = e4m3_round_mag(fminf(__fdiv_rn(fmaxf(amax, 6.0f * 0x1p-9f), 6.0f), 448.0f));
+    const uint32_t code = e2m1_code(__fdiv_rn(v, s));
+    const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
+    if ((lane & 1) == 0) out[ch >> 1] = (uint8_t)(code | (hi << 4));
+    if ((lane & 15) == 0) out[n / 2 + ch / 16] = (uint8_t)e4m3_code_of_exact(s);
+  }
+}
+
+// One warp per 32 channels, UE8M0 scale (fp4_index_pack); fake = write decoded values back.
+__global__ void fp4_index_kernel(float* xf, const float* x, int n, uint8_t* const* dst) {
+  const int r = blockIdx.x;
+  uint8_t* out = dst ? dst[r] : nullptr;
+  if (dst && !out) return;
+  const int lane = threadIdx.x & 31;
+  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
+    const int ch = blk * 32 + lane;
+    const float v = x[(size_t)r * n + ch];
+    const float amax = group_amax(v, 32);
+    const int e = pow2_ceil_exponent(__fmul_rn(fmaxf(amax, 6.0f * 0x1p-126f), (float)(1.0 / 6.0)));
+    const uint32_t code = e2m1_code(__fmul_rn(v, ldexpf(1.0f, -e)));
+    if (out) {
+      const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
+      if ((lane & 1) == 0) out[ch >> 1] = (uint8_t)(code | (hi << 4));
+      if (lane == 0) out[n / 2 + blk] = (uint8_t)(e + 127);
+    } else {
+      xf[(size_t)r * n + ch] = e2m1_code_value(code) * ldexpf(1.0f, e);
+    }
+  }
+}
+
+__global__ void scale_kernel(float* x, int n, float s) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+status check(const char* op, int R, int n, int block, const void* a, const void* b) {
+  if (R <= 0 || n <= 0 || n % block != 0 || !a || !b)
+    return make_error(errc::invalid_argument, std::string(op) + ": bad shape (rows " + std::to_string(R) +
+                                                  ", n " + std::to_string(n) + ", must be a multiple of " +
+                                                  std::to_string(block) + ") or null pointer");
+  return {};
+}
+
+int block_threads(int n) { return n >= 256 ? 256 : ((n + 31) / 32) * 32; }
+
+}  // namespace
+
+status rope_rows(float* x, int R, int nvec, int n, int np, const float* cos, const float* sin, bool inverse,
+                 cudaStream_t stream) {
+  if (R <= 0 || nvec <= 0 || np <= 0 || 2 * np > n || !x || !cos || !sin)
+    return make_error(errc::invalid_argument, "rope_rows: bad shape (rows " + std::to_string(R) + ", n " +
+                                                  std::to_string(n) + ", pairs " + std::to_string(np) +
+                                                  ") or null pointer");
+  rope_rows_kernel<<<R, 128, 0, stream>>>(x, nvec, n, np, cos, sin, inverse ? -1.0f : 1.0f);
+  CEDAR_CUDA_LAUNCHED("rope_rows");
+  return {};
+}
+
+status pack_fp8_swa(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
+  CEDAR_TRY(check("pack_fp8_swa", R, n, 32, x, dst));
+  pack_fp8_swa_kernel<<<R, block_threads(n), 0, stream>>>(x, n, dst);
+  CEDAR_CUDA_LAUNCHED("pack_fp8_swa");
+  return {};
+}
+
+status pack_fp4_kv(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
+  CEDAR_TRY(check("pack_fp4_kv", R, n, 32, x, dst));  // warps own 32 channels: n % 32
+  pack_fp4_kv_kernel<<<R, block_threads(n), 0, stream>>>(x, n, dst);
+  CEDAR_CUDA_LAUNCHED("pack_fp4_kv");
+  return {};
+}
+
+status pack_fp4_index(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
+  CEDAR_TRY(check("pack_fp4_index", R, n, 32, x, dst));
+  fp4_index_kernel<<<R, block_threads(n), 0, stream>>>(nullptr, x, n, dst);
+  CEDAR_CUDA_LAUNCHED("pack_fp4_index");
+  return {};
+}
+
+status fp4_index_fake_quant(float* x, int rows, int n, cudaStream_t stream) {
+  CEDAR_TRY(check("fp4_index_fake_quant", rows, n, 32, x, x));
+  fp4_index_kernel<<<rows, block_threads(n), 0, stream>>>(x, x, n, nullptr);
+  CEDAR_CUDA_LAUNCHED("fp4_index_fake_quant");
+  return {};
+}
+
+status scale_values(float* x, int n, float s, cudaStream_t stream) {
+  if (n <= 0 || !x) return make_error(errc::invalid_argument, "scale_values: empty or null");
+  scale_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x, n, s);
+  CEDAR_CUDA_LAUNCHED("scale_values");
+  return {};
+}
+
+}  // namespace cedar::kernels::cuda

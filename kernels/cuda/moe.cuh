@@ -1,0 +1,48 @@
+// moe — the routed experts of a decode step on the GPU (MODEL_SPEC §1 "MoE"), with the routing
+// decided and applied on the device (no host round trip, so a step can be one CUDA graph):
+//   moe_route     scores s = sqrt(softplus(gate logits)); the K experts of largest s + bias
+//                 (ties to the lower id); weights s / Σ s (when renormalised and K > 1) ×
+//                 routed_scaling_factor;
+//   moe_up        h[i] = [w1[e] · x_r ; w3[e] · x_r] for every (row r, slot k) item i = r·K + k,
+//                 e = sel[i] (a warp per output row, the expert's matrices picked by the item);
+//   swiglu_rows   a = silu(min(gate, limit)) · clamp(up, ±limit) · row weight;
+//   moe_down      ye[i] = w2[e] · a[i];
+//   moe_combine   y[r] += Σ_k ye[r·K + k], in ascending expert id (the CPU adds experts in id
+//                 order).
+// Expert matrices are arrays (device memory) of kernels::qmatrix views with device pointers,
+// one per expert. forward.cpp moe_forward / run_expert are the reference. The shared expert
+// runs through qgemv + swiglu_rows (every row, weight 1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/base/result.hpp"
+#include "kernels/cpu/qmatmul.hpp"
+
+namespace cedar::kernels::cuda {
+
+struct moe_route_params {
+  int R = 0, E = 0, K = 0;
+  const float* logits = nullptr;  // [R, E] x · gateᵀ
+  const float* bias = nullptr;    // [E] selection bias
+  bool renormalise = true;        // norm_topk_prob
+  float route_scale = 1.0f;       // routed_scaling_factor
+  int32_t* sel = nullptr;         // [R, K] expert ids
+  float* weight = nullptr;        // [R, K]
+};
+status moe_route(const moe_route_params& p, cudaStream_t stream);
+
+// h [R·K, 2F]; w1, w3: [E] views [F, d]; x [R, d].
+status moe_up(const qmatrix* w1, const qmatrix* w3, const int32_t* sel, int R, int K, const float* x, int d, int F,
+              float* h, cudaStream_t stream);
+// a [n, F] from h [n, 2F] = [gate | up]; row_weight [n] or null (1).
+status swiglu_rows(const float* h, int n, int F, float limit, const float* row_weight, float* a, cudaStream_t stream);
+// ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F].
+status moe_down(const qmatrix* w2, const int32_t* sel, int R, int K, const float* a, int F, int d, float* ye,
+                cudaStream_t stream);
+// y [R, d] += the K rows of ye of each row, in ascending expert id.
+status moe_combine(float* y, const float* ye, const int32_t* sel, int R, int K, int d, cudaStream_t stream);
+
+}  // namespace cedar::kernels::cuda

@@ -1,0 +1,998 @@
+// cuda_decoder — the cuda backend (backend.hpp): decode steps of a batch of sequences on one
+// NVIDIA GPU, prefill and replay on the CPU runner.
+//
+// Device state:
+//   weights   every matrix uploaded once in its checkpoint format (BF16 / FP8 + UE8M0 /
+//             FP4 + E8M0 bytes, qmatrix views with device pointers), small vectors as fp32;
+//   sequences per sequence a mirror of its caches: per layer the FP8 SWA ring [W, swa bytes],
+//             per KV source the packed FP4 main entries and index keys (grown by doubling) and
+//             the pending half-group rows. The host sequence stays the owner. A mirror is
+//             valid while (sequence id, version) match what the last step left; otherwise it
+//             is rebuilt from the host bytes (after a CPU prefill, a replay or a restore) —
+//             the same bytes, no conversion.
+// One step (B rows, one token per sequence), in file order of decode_rows():
+//   host: positions, RoPE cos/sin, Engram hash ids, ring/source pointers, window bounds,
+//         which rows complete a compressor group -> one pinned blob, one upload;
+//   device: embedding -> per layer [Engram] -> mHC mixes -> collapse+norm -> [compressor:
+//         pending rows or a new entry: latent, index key, RoPE, FP4 packing appended in
+//         place] -> q/kv projections, RoPE, FP8 ring write -> [indexer: FP4 query, scores over
+//         the packed keys, candidate pool, top-k] -> sparse attention over ring + selected
+//         entries + sink -> inverse RoPE, wo_a groups, wo_b -> expand -> mHC -> collapse+norm
+//         -> shared expert + routed experts (routing on the device) -> expand; head;
+//   back: the logits and every new cache byte of the step (ring slots, appended entries,
+//         pending rows) gathered into one staging buffer -> one download -> written into the
+//         host sequences, whose tokens and n-gram history are committed as the runner does.
+// Numerics: the CPU path's formulas; fp32 sums in another order (GEMV trees, online softmax),
+// so logits agree to a tolerance, not bit for bit; cache encoders are bit-exact for equal
+// inputs (kernels/cuda/kv_pack.cuh).
+// Not yet: CUDA graphs of the step, prefill on the GPU, tensor-core GEMMs for large batches.
+#include "model/backend.hpp"
+
+#include <string>
+
+#if CEDAR_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <unordered_map>
+
+#include "kernels/cuda/compressor.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_probe.cuh"
+#include "kernels/cuda/engram.cuh"
+#include "kernels/cuda/gather.cuh"
+#include "kernels/cuda/indexer.cuh"
+#include "kernels/cuda/kv_pack.cuh"
+#include "kernels/cuda/mhc.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/qgemv.cuh"
+#include "kernels/cuda/sparse_attention.cuh"
+#endif
+
+namespace cedar::model {
+
+#if !CEDAR_HAVE_CUDA
+
+std::string cuda_unavailable_reason() {
+  return "this build of cedar has no CUDA support (configure with -DCEDAR_CUDA=ON where nvcc is installed)";
+}
+
+result<std::unique_ptr<backend>> make_cuda_backend(const engine&) {
+  return make_error(errc::unavailable, "cuda backend: " + cuda_unavailable_reason());
+}
+
+#else
+
+namespace kcu = cedar::kernels::cuda;
+using kernels::qmatrix;
+
+std::string cuda_unavailable_reason() {
+  const kernels::cuda_probe_result p = kernels::cuda_probe();
+  if (p.n_devices > 0) return "";
+  return p.message.empty() ? "no CUDA device found" : p.message;
+}
+
+namespace {
+
+#define CEDAR_CU(call, what) CEDAR_CUDA_TRY(call, what)
+
+// Index layers score entries in multiples of this (see decode_rows).
+constexpr int k_entry_quantum = 512;
+
+// A device allocation that grows (contents are not kept unless `keep`).
+struct dev_mem {
+  void* p = nullptr;
+  size_t bytes = 0;
+  dev_mem() = default;
+  dev_mem(const dev_mem&) = delete;
+  dev_mem& operator=(const dev_mem&) = delete;
+  dev_mem(dev_mem&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr, o.bytes = 0; }
+  dev_mem& operator=(dev_mem&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+  ~dev_mem() {
+    if (p) cudaFree(p);
+  }
+  status reserve(size_t n, cudaStream_t s, bool keep = false) {
+    if (n <= bytes) return {};
+    size_t cap = std::max<size_t>(n, bytes * 2);
+    void* q = nullptr;
+    CEDAR_CU(cudaMalloc(&q, cap), "cuda backend: device allocation");
+    if (keep && p && bytes) {
+      if (cudaError_t e = cudaMemcpyAsync(q, p, bytes, cudaMemcpyDeviceToDevice, s); e != cudaSuccess) {
+        cudaFree(q);
+        return kcu::cuda_status(e, "cuda backend: device copy");
+      }
+      CEDAR_CU(cudaStreamSynchronize(s), "cuda backend: device copy");
+    }
+    if (p) cudaFree(p);
+    p = q;
+    bytes = cap;
+    return {};
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// ---- weights ---------------------------------------------------------------------------
+struct dev_expert {
+  qmatrix w1, w3, w2;
+};
+
+struct dev_block {
+  qmatrix hc_attn_fn, hc_ffn_fn;
+  const float *hc_attn_base = nullptr, *hc_attn_scale = nullptr, *hc_ffn_base = nullptr, *hc_ffn_scale = nullptr;
+  const float *attn_norm = nullptr, *ffn_norm = nullptr;
+  qmatrix wq_a, wq_b, wkv, wo_a, wo_b;
+  const float *q_norm = nullptr, *kv_norm = nullptr, *sink = nullptr;
+  qmatrix c_wkv, c_wgate;
+  const float* c_norm = nullptr;
+  qmatrix i_wq_b, i_wproj, i_wk;
+  const float* i_knorm = nullptr;
+  qmatrix gate;
+  const float* gate_bias = nullptr;
+  dev_expert shared;
+  const qmatrix *w1s = nullptr, *w3s = nullptr, *w2s = nullptr;  // device arrays [E]
+  qmatrix eg_table, eg_wkv;
+  const float* eg_qk = nullptr;
+};
+
+// ---- per-sequence mirror ---------------------------------------------------------------
+struct dev_source {
+  dev_mem main, index, pending_kv, pending_gate;
+  int64_t n_entries = 0;
+};
+
+struct dev_sequence {
+  uint64_t id = 0, version = ~0ull;
+  dev_mem rings;  // [L, W, swa_bytes]
+  std::vector<dev_source> sources;
+  uint64_t last_used = 0;
+};
+
+// Appends the bytes of one POD array to a host blob, 16-byte aligned; returns its offset.
+template <class T>
+size_t blob_put(std::vector<uint8_t>& blob, const T* v, size_t n) {
+  size_t off = (blob.size() + 15) & ~size_t(15);
+  blob.resize(off + sizeof(T) * n);
+  if (n) std::memcpy(blob.data() + off, v, sizeof(T) * n);
+  return off;
+}
+
+class cuda_backend final : public backend {
+ public:
+  explicit cuda_backend(const engine& e) : e_(e), cpu_(e), trace_(std::getenv("CEDAR_CUDA_TRACE") != nullptr) {
+    const char* g = std::getenv("CEDAR_CUDA_GRAPHS");
+    graphs_ = !(g && std::string(g) == "0");
+  }
+  ~cuda_backend() override {
+    seqs_.clear();
+    scratch_.clear();
+    arrays_.clear();
+    weights_.clear();
+    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    if (pinned_) cudaFreeHost(pinned_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  status init();
+
+  backend_kind kind() const override { return backend_kind::cuda; }
+  std::string device() const override { return "cuda (" + device_name_ + "), prefill and replay on the CPU"; }
+  result<logits_rows> prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) override {
+    return cpu_.prefill(seq, tokens, opt);
+  }
+  result<logits_rows> replay(sequence& seq, int n) override { return cpu_.replay(seq, n); }
+  status decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
+                     std::vector<float>& logits) override;
+
+ private:
+  // weights
+  result<const void*> upload(const void* host, size_t bytes);  // deduplicated by host pointer
+  result<const void*> upload_array(const void* host, size_t bytes);  // a private copy
+  result<qmatrix> upload(const qmatrix& q);
+  result<const float*> upload(const fvec& v) {
+    if (v.empty()) return (const float*)nullptr;
+    auto r = upload(v.data(), v.size() * sizeof(float));
+    if (!r) return r.take_err();
+    return static_cast<const float*>(*r);
+  }
+  status upload_weights();
+  // sequences
+  status sync_sequence(const sequence& s, dev_sequence& d);
+  status decode_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits);
+  template <class T>
+  T* ws(const char* name, size_t n) {
+    dev_mem& m = scratch_[name];
+    if (!m.reserve(sizeof(T) * std::max<size_t>(n, 1), stream_).ok()) return nullptr;
+    return m.as<T>();
+  }
+
+  const engine& e_;
+  runner cpu_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_map<const void*, dev_mem> weights_;  // host base pointer -> device copy
+  std::vector<dev_mem> arrays_;                       // expert descriptor arrays
+  std::vector<dev_block> blocks_;
+  qmatrix embed_, head_;
+  const float* norm_ = nullptr;
+  const float* ones_ = nullptr;  // [hc·d] unweighted RMSNorm
+  std::unordered_map<uint64_t, dev_sequence> seqs_;  // by sequence id
+  uint64_t step_ = 0;
+  std::unordered_map<std::string, dev_mem> scratch_;
+  uint8_t* pinned_ = nullptr;
+  size_t pinned_bytes_ = 0;
+  std::vector<uint8_t> blob_;
+  std::vector<float> ones_host_;
+  bool trace_ = false;
+  bool graphs_ = true;  // CEDAR_CUDA_GRAPHS=0: every step launched op by op (diagnostics)
+  std::vector<uintptr_t> graph_key_, warm_key_;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  uint64_t graph_launches_ = 0;
+};
+
+result<const void*> cuda_backend::upload(const void* host, size_t bytes) {
+  auto it = weights_.find(host);
+  if (it != weights_.end()) {
+    if (it->second.bytes < bytes)
+      return make_error(errc::internal, "cuda backend: a weight view is larger than the tensor uploaded for it");
+    return (const void*)it->second.p;
+  }
+  dev_mem m;
+  CEDAR_TRY(m.reserve(bytes, stream_));
+  if (auto st = kcu::cuda_status(cudaMemcpy(m.p, host, bytes, cudaMemcpyHostToDevice), "cuda backend: weight upload"); !st)
+    return st.take_err();
+  const void* p = m.p;
+  weights_.emplace(host, std::move(m));
+  return p;
+}
+
+result<const void*> cuda_backend::upload_array(const void* host, size_t bytes) {
+  dev_mem m;
+  CEDAR_TRY(m.reserve(bytes, stream_));
+  if (auto st = kcu::cuda_status(cudaMemcpy(m.p, host, bytes, cudaMemcpyHostToDevice), "cuda backend: descriptor upload"); !st)
+    return st.take_err();
+  arrays_.push_back(std::move(m));
+  return (const void*)arrays_.back().p;
+}
+
+result<qmatrix> cuda_backend::upload(const qmatrix& q) {
+  if (q.empty()) return q;
+  qmatrix d = q;
+  const int64_t rows = q.row0 + q.rows;
+  size_t row_bytes = 0;
+  switch (q.format) {
+    case kernels::weight_format::f32: row_bytes = 4 * (size_t)q.cols; break;
+    case kernels::weight_format::bf16: row_bytes = 2 * (size_t)q.cols; break;
+    case kernels::weight_format::f8_e4m3: row_bytes = (size_t)q.cols; break;
+    case kernels::weight_format::fp4_e2m1: row_bytes = (size_t)q.cols / 2; break;
+  }
+  auto data = upload(q.data, row_bytes * (size_t)rows);
+  if (!data) return data.take_err();
+  d.data = *data;
+  const size_t n_scales = (size_t)((rows + q.scale_block_rows - 1) / q.scale_block_rows) * (size_t)q.scale_cols;
+  if (q.scale_e8m0) {
+    auto s = upload(q.scale_e8m0, n_scales);
+    if (!s) return s.take_err();
+    d.scale_e8m0 = static_cast<const uint8_t*>(*s);
+  }
+  if (q.scale_f32) {
+    auto s = upload(q.scale_f32, n_scales * sizeof(float));
+    if (!s) return s.take_err();
+    d.scale_f32 = static_cast<const float*>(*s);
+  }
+  return d;
+}
+
+#define CEDAR_UP(dst, src)          \
+  do {                              \
+    auto up_ = upload(src);         \
+    if (!up_) return up_.take_err(); \
+    dst = *up_;                     \
+  } while (0)
+
+status cuda_backend::upload_weights() {
+  const model_config& c = e_.config();
+  blocks_.resize((size_t)c.num_hidden_layers);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const block_weights& b = e_.block(l);
+    dev_block& d = blocks_[(size_t)l];
+    CEDAR_UP(d.hc_attn_fn, b.hc_attn_fn);
+    CEDAR_UP(d.hc_ffn_fn, b.hc_ffn_fn);
+    CEDAR_UP(d.hc_attn_base, b.hc_attn_base);
+    CEDAR_UP(d.hc_attn_scale, b.hc_attn_scale);
+    CEDAR_UP(d.hc_ffn_base, b.hc_ffn_base);
+    CEDAR_UP(d.hc_ffn_scale, b.hc_ffn_scale);
+    CEDAR_UP(d.attn_norm, b.attn_norm);
+    CEDAR_UP(d.ffn_norm, b.ffn_norm);
+    const attention_weights& a = b.attn;
+    CEDAR_UP(d.wq_a, a.wq_a);
+    CEDAR_UP(d.wq_b, a.wq_b);
+    CEDAR_UP(d.wkv, a.wkv);
+    CEDAR_UP(d.wo_a, a.wo_a);
+    CEDAR_UP(d.wo_b, a.wo_b);
+    CEDAR_UP(d.q_norm, a.q_norm);
+    CEDAR_UP(d.kv_norm, a.kv_norm);
+    CEDAR_UP(d.sink, a.attn_sink);
+    if (a.has_compressor) {
+      CEDAR_UP(d.c_wkv, a.compressor.wkv);
+      CEDAR_UP(d.c_wgate, a.compressor.wgate);
+      CEDAR_UP(d.c_norm, a.compressor.norm);
+    }
+    CEDAR_UP(d.i_wq_b, a.indexer.wq_b);
+    CEDAR_UP(d.i_wproj, a.indexer.weights_proj);
+    CEDAR_UP(d.i_wk, a.indexer.wk);
+    CEDAR_UP(d.i_knorm, a.indexer.k_norm);
+    const moe_weights& f = b.ffn;
+    CEDAR_UP(d.gate, f.gate);
+    CEDAR_UP(d.gate_bias, f.bias);
+    CEDAR_UP(d.shared.w1, f.shared.w1);
+    CEDAR_UP(d.shared.w3, f.shared.w3);
+    CEDAR_UP(d.shared.w2, f.shared.w2);
+    std::vector<qmatrix> w1(f.experts.size()), w3(f.experts.size()), w2(f.experts.size());
+    for (size_t i = 0; i < f.experts.size(); ++i) {
+      CEDAR_UP(w1[i], f.experts[i].w1);
+      CEDAR_UP(w3[i], f.experts[i].w3);
+      CEDAR_UP(w2[i], f.experts[i].w2);
+    }
+    if (!w1.empty()) {
+      // the descriptor arrays are small device copies of the views (the moe kernels pick by id)
+      // small device arrays of the views: the moe kernels pick an expert's matrices by id
+      auto p1 = upload_array(w1.data(), sizeof(qmatrix) * w1.size());
+      auto p3 = upload_array(w3.data(), sizeof(qmatrix) * w3.size());
+      auto p2 = upload_array(w2.data(), sizeof(qmatrix) * w2.size());
+      if (!p1 || !p3 || !p2) return make_error(errc::unavailable, "cuda backend: expert descriptor upload failed");
+      d.w1s = static_cast<const qmatrix*>(*p1);
+      d.w3s = static_cast<const qmatrix*>(*p3);
+      d.w2s = static_cast<const qmatrix*>(*p2);
+    }
+    if (b.has_engram) {
+      CEDAR_UP(d.eg_table, b.engram.table);
+      CEDAR_UP(d.eg_wkv, b.engram.wkv);
+      CEDAR_UP(d.eg_qk, b.engram.qk);
+    }
+  }
+  const int64_t d = c.hidden_size;
+  CEDAR_UP(embed_, e_.embed());
+  CEDAR_UP(head_, e_.head());
+  CEDAR_UP(norm_, e_.norm());
+  static_assert(sizeof(float) == 4);
+  ones_host_.assign((size_t)c.hc_mult * d, 1.0f);
+  CEDAR_UP(ones_, ones_host_);
+  return {};
+}
+
+status cuda_backend::init() {
+  const kernels::cuda_probe_result p = kernels::cuda_probe();
+  if (p.n_devices <= 0)
+    return make_error(errc::unavailable, "cuda backend: " + (p.message.empty() ? std::string("no CUDA device found") : p.message));
+  device_name_ = p.name;
+  CEDAR_CU(cudaSetDevice(0), "cuda backend: select device 0");
+  CEDAR_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend: stream");
+  const model_config& c = e_.config();
+  if (c.hc_mult > kcu::k_hc_max)
+    return make_error(errc::mismatch, "cuda backend: hc_mult " + std::to_string(c.hc_mult) + " exceeds " +
+                                          std::to_string(kcu::k_hc_max));
+  return upload_weights();
+}
+
+// Rebuilds the device mirror of `s` from its host bytes.
+status cuda_backend::sync_sequence(const sequence& s, dev_sequence& d) {
+  const model_config& c = e_.config();
+  const int L = c.num_hidden_layers, W = c.sliding_window;
+  const size_t ring_bytes = (size_t)W * s.swa_entry_bytes();
+  CEDAR_TRY(d.rings.reserve(ring_bytes * (size_t)L, stream_));
+  for (int l = 0; l < L; ++l)
+    CEDAR_CU(cudaMemcpyAsync(d.rings.as<uint8_t>() + ring_bytes * (size_t)l, s.ring(l).bytes.data(), ring_bytes,
+                             cudaMemcpyHostToDevice, stream_),
+             "cuda backend: ring upload");
+  d.sources.resize((size_t)s.n_sources());
+  for (int i = 0; i < s.n_sources(); ++i) {
+    const kv_source_state& st = s.source(i);
+    dev_source& ds = d.sources[(size_t)i];
+    const size_t mb = s.main_entry_bytes(), ib = s.index_entry_bytes();
+    const size_t cap = (size_t)std::max<int64_t>(st.n_entries + 64, 256);
+    CEDAR_TRY(ds.main.reserve(cap * mb, stream_));
+    CEDAR_TRY(ds.index.reserve(cap * ib, stream_));
+    if (st.n_entries > 0) {
+      CEDAR_CU(cudaMemcpyAsync(ds.main.p, st.main.data(), (size_t)st.n_entries * mb, cudaMemcpyHostToDevice, stream_),
+               "cuda backend: KV upload");
+      CEDAR_CU(cudaMemcpyAsync(ds.index.p, st.index.data(), (size_t)st.n_entries * ib, cudaMemcpyHostToDevice, stream_),
+               "cuda backend: index key upload");
+    }
+    ds.n_entries = st.n_entries;
+    const size_t pend = sizeof(float) * (size_t)std::max(1, st.ratio - 1) * (size_t)c.head_dim;
+    CEDAR_TRY(ds.pending_kv.reserve(pend, stream_));
+    CEDAR_TRY(ds.pending_gate.reserve(pend, stream_));
+    if (st.n_pending > 0) {
+      const size_t nb = sizeof(float) * (size_t)st.n_pending * (size_t)c.head_dim;
+      CEDAR_CU(cudaMemcpyAsync(ds.pending_kv.p, st.pending_kv.data(), nb, cudaMemcpyHostToDevice, stream_),
+               "cuda backend: pending upload");
+      CEDAR_CU(cudaMemcpyAsync(ds.pending_gate.p, st.pending_gate.data(), nb, cudaMemcpyHostToDevice, stream_),
+               "cuda backend: pending upload");
+    }
+  }
+  // the host vectors may be reallocated by the caller after we return: wait for the copies
+  CEDAR_CU(cudaStreamSynchronize(stream_), "cuda backend: sequence upload");
+  d.id = s.id();
+  d.version = s.version();
+  return {};
+}
+
+status cuda_backend::decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
+                                 std::vector<float>& logits) {
+  const model_config& c = e_.config();
+  if (seqs.empty() || seqs.size() != tokens.size())
+    return make_error(errc::invalid_argument, "decode_step: need one token per sequence (got " +
+                                                  std::to_string(seqs.size()) + " sequences, " +
+                                                  std::to_string(tokens.size()) + " tokens)");
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i]) return make_error(errc::invalid_argument, "decode_step: null sequence");
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+      return make_error(errc::invalid_argument, "token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
+                                                    ", outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    if (seqs[i]->config().num_hidden_layers != c.num_hidden_layers || seqs[i]->config().head_dim != c.head_dim ||
+        seqs[i]->storage() != kv_storage::packed)
+      return make_error(errc::mismatch, "decode_step: sequence " + std::to_string(i) +
+                                            " was created for a different model config or storage");
+    if (seqs[i]->n_tokens() + 1 > c.max_position_embeddings)
+      return make_error(errc::invalid_argument, "decode_step: sequence " + std::to_string(i) +
+                                                    " is at max_position_embeddings");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i])
+        return make_error(errc::invalid_argument, "decode_step: a sequence appears twice in the batch");
+  }
+  return decode_rows(seqs, tokens, logits);
+}
+
+status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
+                                 std::vector<float>& logits) {
+  const model_config& c = e_.config();
+  const int B = (int)seqs.size();
+  const int L = c.num_hidden_layers, W = c.sliding_window, hd = c.head_dim, H = c.num_attention_heads;
+  const int d = (int)c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, V = c.vocab_size;
+  const int ql = c.q_lora_rank, G = c.o_groups, orank = c.o_lora_rank, np = c.qk_rope_head_dim / 2;
+  const int Hi = c.index_n_heads, Di = c.index_head_dim, K = c.index_topk, bs = c.candidate_block_size;
+  const int F = c.moe_intermediate_size, E = c.n_routed_experts, KE = c.num_experts_per_tok;
+  const float eps = (float)c.rms_norm_eps;
+  const int S = seqs[0]->n_sources();
+  const size_t swa_b = seqs[0]->swa_entry_bytes(), main_b = seqs[0]->main_entry_bytes(),
+               idx_b = seqs[0]->index_entry_bytes();
+  const engram_layout& EL = e_.engram();
+  const int nl = EL.n_layers, nc = EL.n_layers ? EL.n_cols() : 0;
+  ++step_;
+
+  // ---- mirrors: valid or rebuilt; room for one more entry per source ----------------------
+  std::vector<dev_sequence*> ds((size_t)B);
+  for (int r = 0; r < B; ++r) {
+    const sequence& s = *seqs[(size_t)r];
+    dev_sequence& m = seqs_[s.id()];
+    if (m.id != s.id() || m.version != s.version()) CEDAR_TRY(sync_sequence(s, m));
+    m.last_used = step_;
+    for (int i = 0; i < S; ++i) {
+      dev_source& so = m.sources[(size_t)i];
+      CEDAR_TRY(so.main.reserve((size_t)(so.n_entries + 1) * main_b, stream_, true));
+      CEDAR_TRY(so.index.reserve((size_t)(so.n_entries + 1) * idx_b, stream_, true));
+    }
+    ds[(size_t)r] = &m;
+  }
+  if (seqs_.size() > 4 * (size_t)B + 64)  // forget mirrors of sequences not seen for a while
+    for (auto it = seqs_.begin(); it != seqs_.end();)
+      it = step_ - it->second.last_used > 1024 ? seqs_.erase(it) : std::next(it);
+
+  // ---- host-side step description -> one blob ----------------------------------------------
+  blob_.clear();
+  std::vector<int64_t> pos((size_t)B);
+  for (int r = 0; r < B; ++r) pos[(size_t)r] = seqs[(size_t)r]->n_tokens();
+  std::vector<float> cosm((size_t)B * np), sinm((size_t)B * np), cosc((size_t)B * np), sinc((size_t)B * np);
+  for (int r = 0; r < B; ++r) {
+    e_.main_rope().at(pos[(size_t)r], cosm.data() + (size_t)r * np, sinm.data() + (size_t)r * np);
+    e_.compress_rope().at(pos[(size_t)r], cosc.data() + (size_t)r * np, sinc.data() + (size_t)r * np);
+  }
+  const size_t o_tok = blob_put(blob_, tokens.data(), (size_t)B);
+  std::vector<float> e0((size_t)B * hc, 0.0f);  // the first block collapses with pre = e0
+  for (int r = 0; r < B; ++r) e0[(size_t)r * hc] = 1.0f;
+  const size_t o_e0 = blob_put(blob_, e0.data(), e0.size());
+  const size_t o_cosm = blob_put(blob_, cosm.data(), cosm.size()), o_sinm = blob_put(blob_, sinm.data(), sinm.size());
+  const size_t o_cosc = blob_put(blob_, cosc.data(), cosc.size()), o_sinc = blob_put(blob_, sinc.data(), sinc.size());
+  // Engram hash ids [B, nl, nc] from each sequence's n-gram history (as run_rows does)
+  std::vector<int64_t> hash((size_t)B * std::max(1, nl) * std::max(1, nc));
+  if (nl > 0) {
+    std::vector<int64_t> ctx((size_t)EL.max_ngram);
+    for (int r = 0; r < B; ++r) {
+      const std::vector<int64_t>& hist = seqs[(size_t)r]->ngram_history();
+      const int64_t cid = e_.engram_token_map()[(size_t)tokens[(size_t)r]];
+      for (int sh = 0; sh < EL.max_ngram; ++sh) {
+        if (pos[(size_t)r] < sh) ctx[(size_t)sh] = e_.engram_pad_compressed();
+        else ctx[(size_t)sh] = sh == 0 ? cid : hist[hist.size() - (size_t)sh];
+      }
+      for (int li = 0; li < nl; ++li) EL.hash(li, ctx.data(), hash.data() + ((size_t)r * nl + li) * nc);
+    }
+  }
+  const size_t o_hash = blob_put(blob_, hash.data(), hash.size());
+  // per source: emitting rows, new-entry destinations, pending pointers, entry RoPE
+  std::vector<uint8_t*> dst_main((size_t)S * B), dst_index((size_t)S * B);
+  std::vector<float*> pend_kv((size_t)S * B), pend_gate((size_t)S * B);
+  std::vector<int> n_pend((size_t)S * B);
+  std::vector<int64_t> ne_after((size_t)S * B);
+  std::vector<float> cose((size_t)S * B * np), sine((size_t)S * B * np);
+  for (int i = 0; i < S; ++i)
+    for (int r = 0; r < B; ++r) {
+      const kv_source_state& st = seqs[(size_t)r]->source(i);
+      dev_source& so = ds[(size_t)r]->sources[(size_t)i];
+      const size_t k = (size_t)i * B + (size_t)r;
+      const bool emit = st.ratio == 1 || st.n_pending == st.ratio - 1;
+      dst_main[k] = emit ? so.main.as<uint8_t>() + (size_t)so.n_entries * main_b : nullptr;
+      dst_index[k] = emit ? so.index.as<uint8_t>() + (size_t)so.n_entries * idx_b : nullptr;
+      pend_kv[k] = so.pending_kv.as<float>();
+      pend_gate[k] = so.pending_gate.as<float>();
+      n_pend[k] = st.n_pending;
+      ne_after[k] = st.n_entries + (emit ? 1 : 0);
+      e_.compress_rope().at(st.n_entries * (int64_t)st.ratio, cose.data() + k * np, sine.data() + k * np);
+    }
+  const size_t o_dmain = blob_put(blob_, dst_main.data(), dst_main.size());
+  const size_t o_didx = blob_put(blob_, dst_index.data(), dst_index.size());
+  const size_t o_pkv = blob_put(blob_, pend_kv.data(), pend_kv.size());
+  const size_t o_pg = blob_put(blob_, pend_gate.data(), pend_gate.size());
+  const size_t o_npend = blob_put(blob_, n_pend.data(), n_pend.size());
+  const size_t o_cose = blob_put(blob_, cose.data(), cose.size()), o_sine = blob_put(blob_, sine.data(), sine.size());
+  // per layer: ring slot destinations, ring bases, window bounds; source bases for reading
+  std::vector<uint8_t*> ring_dst((size_t)L * B);
+  std::vector<const uint8_t*> ring_base((size_t)L * B);
+  std::vector<int> wstart((size_t)L * B), wn((size_t)L * B);
+  for (int l = 0; l < L; ++l)
+    for (int r = 0; r < B; ++r) {
+      const size_t k = (size_t)l * B + (size_t)r;
+      uint8_t* base = ds[(size_t)r]->rings.as<uint8_t>() + (size_t)l * W * swa_b;
+      const int64_t p = pos[(size_t)r];
+      ring_base[k] = base;
+      ring_dst[k] = base + (size_t)(p % W) * swa_b;
+      const int64_t lo = std::max<int64_t>({seqs[(size_t)r]->ring(l).first_pos, p - W + 1, 0});
+      wstart[k] = (int)(lo % W);
+      wn[k] = (int)(p - lo + 1);
+    }
+  const size_t o_rdst = blob_put(blob_, ring_dst.data(), ring_dst.size());
+  const size_t o_rbase = blob_put(blob_, ring_base.data(), ring_base.size());
+  const size_t o_wstart = blob_put(blob_, wstart.data(), wstart.size()), o_wn = blob_put(blob_, wn.data(), wn.size());
+  std::vector<const uint8_t*> src_main((size_t)S * B), src_index((size_t)S * B);
+  for (int i = 0; i < S; ++i)
+    for (int r = 0; r < B; ++r) {
+      src_main[(size_t)i * B + r] = ds[(size_t)r]->sources[(size_t)i].main.as<uint8_t>();
+      src_index[(size_t)i * B + r] = ds[(size_t)r]->sources[(size_t)i].index.as<uint8_t>();
+    }
+  const size_t o_smain = blob_put(blob_, src_main.data(), src_main.size());
+  const size_t o_sidx = blob_put(blob_, src_index.data(), src_index.size());
+  // per index layer: visible entries of each row
+  std::vector<int> vis((size_t)L * B, 0);
+  std::vector<int> vis_max((size_t)L, 0);
+  for (int l = 0; l < L; ++l) {
+    const layer_info& li = c.layers[(size_t)l];
+    if (li.ratio <= 0) continue;
+    const int si = seqs[0]->source_of_layer(li.kv_source);
+    for (int r = 0; r < B; ++r) {
+      const int v = (int)std::min<int64_t>(ne_after[(size_t)si * B + r], (pos[(size_t)r] + 1) / li.ratio);
+      vis[(size_t)l * B + r] = v;
+      vis_max[(size_t)l] = std::max(vis_max[(size_t)l], v);
+    }
+  }
+  const size_t o_vis = blob_put(blob_, vis.data(), vis.size());
+  // write-back spans, at offsets that depend only on the batch shape (so a captured graph stays
+  // valid): ring slots [L, B]; per (source, row) two slots — the new main entry and index key,
+  // or the pending kv and gate rows when the row's group is not complete
+  std::vector<const uint8_t*> span_src;
+  std::vector<uint8_t*> span_dst;
+  std::vector<uint32_t> span_len;
+  struct back_item {
+    int kind, a, r;  // 0 ring (layer a), 1 main (source a), 2 index, 3 pending kv, 4 pending gate
+    size_t off, len;
+  };
+  std::vector<back_item> back;
+  auto r16 = [](size_t n) { return (n + 15) & ~size_t(15); };
+  const size_t slot_a = r16(std::max(main_b, sizeof(float) * (size_t)hd)),
+               slot_b = r16(std::max(idx_b, sizeof(float) * (size_t)hd));
+  const size_t stage_bytes = (size_t)L * B * r16(swa_b) + (size_t)S * B * (slot_a + slot_b);
+  auto add_back = [&](int kind, int a, int r, const uint8_t* src, size_t len, size_t off) {
+    back.push_back({kind, a, r, off, len});
+    span_src.push_back(src);
+    span_dst.push_back(nullptr);  // staging address filled in below
+    span_len.push_back((uint32_t)len);
+  };
+  for (int l = 0; l < L; ++l)
+    for (int r = 0; r < B; ++r)
+      add_back(0, l, r, ring_dst[(size_t)l * B + r], swa_b, ((size_t)l * B + r) * r16(swa_b));
+  for (int i = 0; i < S; ++i)
+    for (int r = 0; r < B; ++r) {
+      const size_t k = (size_t)i * B + (size_t)r;
+      const size_t off = (size_t)L * B * r16(swa_b) + k * (slot_a + slot_b);
+      const kv_source_state& st = seqs[(size_t)r]->source(i);
+      if (dst_main[k]) {
+        add_back(1, i, r, dst_main[k], main_b, off);
+        add_back(2, i, r, dst_index[k], idx_b, off + slot_a);
+      } else {
+        const size_t rowb = sizeof(float) * (size_t)hd, po = rowb * (size_t)st.n_pending;
+        add_back(3, i, r, reinterpret_cast<const uint8_t*>(pend_kv[k]) + po, rowb, off);
+        add_back(4, i, r, reinterpret_cast<const uint8_t*>(pend_gate[k]) + po, rowb, off + slot_a);
+      }
+    }
+  uint8_t* stage = ws<uint8_t>("stage", stage_bytes);
+  if (!stage) return make_error(errc::unavailable, "cuda backend: out of device memory (staging)");
+  for (size_t j = 0; j < back.size(); ++j) span_dst[j] = stage + back[j].off;
+  const int n_spans = (int)back.size();
+  const size_t o_ssrc = blob_put(blob_, span_src.data(), span_src.size());
+  const size_t o_sdst = blob_put(blob_, span_dst.data(), span_dst.size());
+  const size_t o_slen = blob_put(blob_, span_len.data(), span_len.size());
+
+  // ---- pinned host buffer (the blob going up, logits + staged bytes coming down) ------------
+  const size_t lg_bytes = sizeof(float) * (size_t)B * V;
+  const size_t pin_need = std::max(blob_.size(), lg_bytes + stage_bytes);
+  if (pin_need > pinned_bytes_) {
+    if (pinned_) cudaFreeHost(pinned_);
+    pinned_ = nullptr;
+    pinned_bytes_ = 0;
+    CEDAR_CU(cudaMallocHost(&pinned_, pin_need * 2), "cuda backend: pinned buffer");
+    pinned_bytes_ = pin_need * 2;
+  }
+  uint8_t* dblob = ws<uint8_t>("blob", blob_.size());
+  if (!dblob) return make_error(errc::unavailable, "cuda backend: out of device memory (step inputs)");
+  auto at = [&](size_t off) { return dblob + off; };
+  const int32_t* d_tok = reinterpret_cast<const int32_t*>(at(o_tok));
+  const float *d_cosm = (const float*)at(o_cosm), *d_sinm = (const float*)at(o_sinm);
+  const float *d_cosc = (const float*)at(o_cosc), *d_sinc = (const float*)at(o_sinc);
+  const int64_t* d_hash = (const int64_t*)at(o_hash);
+
+  // ---- scratch -----------------------------------------------------------------------------
+  float* X = ws<float>("X", (size_t)B * hc * d);
+  float* flat = ws<float>("flat", (size_t)B * hc * d);
+  float* mixes = ws<float>("mixes", (size_t)B * mix);
+  float* pre = ws<float>("pre", (size_t)B * hc);
+  float* apre = ws<float>("apre", (size_t)B * hc);
+  float* post = ws<float>("post", (size_t)B * hc);
+  float* comb = ws<float>("comb", (size_t)B * hc * hc);
+  float* x = ws<float>("x", (size_t)B * d);
+  float* y = ws<float>("y", (size_t)B * d);
+  float* qr = ws<float>("qr", (size_t)B * ql);
+  float* q = ws<float>("q", (size_t)B * H * hd);
+  float* kvr = ws<float>("kv", (size_t)B * hd);
+  float* o = ws<float>("o", (size_t)B * H * hd);
+  float* oa = ws<float>("oa", (size_t)B * G * orank);
+  float* ckv = ws<float>("ckv", (size_t)B * hd);
+  float* cgate = ws<float>("cgate", (size_t)B * hd);
+  float* latent = ws<float>("latent", (size_t)B * hd);
+  float* keys = ws<float>("keys", (size_t)B * Di);
+  float* qi = ws<float>("qi", (size_t)B * Hi * Di);
+  float* wts = ws<float>("wts", (size_t)B * Hi);
+  int32_t* topk_ids = ws<int32_t>("topk", (size_t)B * K);
+  int* topk_n = ws<int>("topk_n", (size_t)B);
+  int* zeros = ws<int>("zeros", (size_t)B);
+  float* h = ws<float>("h", (size_t)B * 2 * F);
+  float* act = ws<float>("act", (size_t)B * F);
+  float* gl = ws<float>("gate_logits", (size_t)B * std::max(1, E));
+  int32_t* sel = ws<int32_t>("sel", (size_t)B * std::max(1, KE));
+  float* selw = ws<float>("selw", (size_t)B * std::max(1, KE));
+  float* h2 = ws<float>("h2", (size_t)B * std::max(1, KE) * 2 * F);
+  float* act2 = ws<float>("act2", (size_t)B * std::max(1, KE) * F);
+  float* ye = ws<float>("ye", (size_t)B * std::max(1, KE) * d);
+  float* emb = ws<float>("emb", (size_t)B * std::max(1, nc * c.engram_head_dim));
+  float* ekv = ws<float>("ekv", (size_t)B * d * (hc + 1));
+  float* lg = ws<float>("logits", (size_t)B * V);
+  // index layers score a capacity of entries (a multiple of k_entry_quantum, −inf past each
+  // row's visible ones): the launch shapes change once every k_entry_quantum entries, not every
+  // step, so a captured step graph is reused
+  std::vector<int> ecap((size_t)L, 0);
+  int emax = 1;
+  for (int l = 0; l < L; ++l) {
+    ecap[(size_t)l] = (std::max(1, vis_max[(size_t)l]) + k_entry_quantum - 1) / k_entry_quantum * k_entry_quantum;
+    emax = std::max(emax, ecap[(size_t)l]);
+  }
+  const int nbmax = std::max(1, (emax + bs - 1) / std::max(1, bs));
+  float* score = ws<float>("score", (size_t)B * emax);
+  float* bscore = ws<float>("bscore", (size_t)B * nbmax);
+  int32_t* bids = ws<int32_t>("bids", (size_t)B * std::max(1, c.candidate_topk_blocks));
+  int* bn = ws<int>("bn", (size_t)B);
+  uint8_t* allowed = ws<uint8_t>("allowed", (size_t)B * nbmax);
+  for (void* pp : {(void*)X, (void*)flat, (void*)mixes, (void*)pre, (void*)apre, (void*)post, (void*)comb, (void*)x,
+                   (void*)y, (void*)qr, (void*)q, (void*)kvr, (void*)o, (void*)oa, (void*)ckv, (void*)cgate,
+                   (void*)latent, (void*)keys, (void*)qi, (void*)wts, (void*)topk_ids, (void*)topk_n, (void*)zeros,
+                   (void*)h, (void*)act, (void*)gl, (void*)sel, (void*)selw, (void*)h2, (void*)act2, (void*)ye,
+                   (void*)emb, (void*)ekv, (void*)lg, (void*)score, (void*)bscore, (void*)bids, (void*)bn,
+                   (void*)allowed})
+    if (!pp) return make_error(errc::unavailable, "cuda backend: out of device memory (step scratch)");
+  float* attn_ws = nullptr;  // split-over-keys workspace, sized for the widest layer once
+  size_t attn_ws_floats = 0;
+  {
+    kcu::sparse_attention_params ap;
+    ap.R = B, ap.H = H, ap.D = hd, ap.max_keys = W + K;
+    attn_ws_floats = kcu::sparse_attention_workspace_floats(ap);
+    if (attn_ws_floats > 0) {
+      attn_ws = ws<float>("attn_ws", attn_ws_floats);
+      if (!attn_ws) attn_ws_floats = 0;
+    }
+  }
+
+  auto gemv = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy, bool acc = false) -> status {
+    kcu::qgemv_params p;
+    p.w = w;
+    p.m = B;
+    p.x = in;
+    p.ldx = ldx;
+    p.y = out;
+    p.ldy = ldy;
+    p.accumulate = acc;
+    return kcu::qgemv(p, stream_);
+  };
+
+  auto enqueue = [&]() -> status {
+    // ---- embedding: hc copies; the first block collapses with pre = e0 ------------------------
+    CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
+    CEDAR_CU(cudaMemsetAsync(zeros, 0, sizeof(int) * (size_t)B, stream_), "cuda backend: memset");
+    CEDAR_CU(cudaMemsetAsync(topk_n, 0, sizeof(int) * (size_t)B, stream_), "cuda backend: memset");
+    CEDAR_TRY(kcu::embed_rows(embed_, d_tok, B, hc, X, stream_));
+    CEDAR_CU(cudaMemcpyAsync(pre, at(o_e0), sizeof(float) * (size_t)B * hc, cudaMemcpyDeviceToDevice, stream_),
+             "cuda backend: pre");
+
+    int eli = 0;
+    int cand_nb = 0;
+    for (int l = 0; l < L; ++l) {
+      const layer_info& li = c.layers[(size_t)l];
+      const dev_block& b = blocks_[(size_t)l];
+      const attention_weights& ha = e_.block(l).attn;
+      if (li.engram) {
+        CEDAR_TRY(kcu::table_rows(b.eg_table, d_hash, B, nl, eli, nc, emb, stream_));
+        CEDAR_TRY(gemv(b.eg_wkv, emb, nc * c.engram_head_dim, ekv, d * (hc + 1)));
+        CEDAR_TRY(kcu::engram_gate(X, ekv, b.eg_qk, B, hc, d, eps, stream_));
+        ++eli;
+      }
+      // --- attention site: mixes (apre, post, comb), collapse with the previous pre ---
+      CEDAR_TRY(kcu::rms_norm(X, ones_, flat, B, hc * d, eps, stream_));
+      CEDAR_TRY(gemv(b.hc_attn_fn, flat, hc * d, mixes, mix));
+      {
+        kcu::hc_post_params hp;
+        hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
+        hp.mixes = mixes, hp.base = b.hc_attn_base, hp.scale = b.hc_attn_scale, hp.pre = apre, hp.post = post, hp.comb = comb;
+        CEDAR_TRY(kcu::hc_post(hp, stream_));
+      }
+      CEDAR_TRY(kcu::hc_collapse_norm(X, pre, b.attn_norm, x, B, hc, d, eps, stream_));
+      // --- compressor: a new entry (or a pending row) of this KV source ---
+      if (ha.has_compressor) {
+        const int si = seqs[0]->source_of_layer(l);
+        const size_t k0 = (size_t)si * B;
+        CEDAR_TRY(gemv(b.c_wkv, x, d, ckv, hd));
+        if (li.ratio > 1) CEDAR_TRY(gemv(b.c_wgate, x, d, cgate, hd));
+        kcu::compressor_params cp;
+        cp.R = B, cp.hd = hd, cp.ratio = li.ratio, cp.eps = eps, cp.kv = ckv, cp.gate = li.ratio > 1 ? cgate : nullptr;
+        cp.norm = b.c_norm;
+        cp.pending_kv = (float* const*)at(o_pkv) + k0;
+        cp.pending_gate = (float* const*)at(o_pg) + k0;
+        cp.n_pending = (const int*)at(o_npend) + k0;
+        cp.latent = latent;
+        CEDAR_TRY(kcu::compressor_step(cp, stream_));
+        CEDAR_TRY(gemv(b.i_wk, latent, hd, keys, Di));
+        CEDAR_TRY(kcu::rms_norm(keys, b.i_knorm, keys, B, Di, eps, stream_));
+        const float* ce = (const float*)at(o_cose) + k0 * np;
+        const float* se = (const float*)at(o_sine) + k0 * np;
+        CEDAR_TRY(kcu::rope_rows(keys, B, 1, Di, np, ce, se, false, stream_));
+        CEDAR_TRY(kcu::rope_rows(latent, B, 1, hd, np, ce, se, false, stream_));
+        CEDAR_TRY(kcu::pack_fp4_index(keys, B, Di, (uint8_t* const*)at(o_didx) + k0, stream_));
+        CEDAR_TRY(kcu::pack_fp4_kv(latent, B, hd, (uint8_t* const*)at(o_dmain) + k0, stream_));
+      }
+      // --- attention ---
+      const float* rc = li.ratio > 0 ? d_cosc : d_cosm;
+      const float* rs = li.ratio > 0 ? d_sinc : d_sinm;
+      CEDAR_TRY(gemv(b.wq_a, x, d, qr, ql));
+      CEDAR_TRY(kcu::rms_norm(qr, b.q_norm, qr, B, ql, eps, stream_));
+      CEDAR_TRY(gemv(b.wq_b, qr, ql, q, H * hd));
+      CEDAR_TRY(gemv(b.wkv, x, d, kvr, hd));
+      CEDAR_TRY(kcu::rms_norm(kvr, b.kv_norm, kvr, B, hd, eps, stream_));
+      CEDAR_TRY(kcu::rope_rows(q, B, H, hd, np, rc, rs, false, stream_));
+      CEDAR_TRY(kcu::rope_rows(kvr, B, 1, hd, np, rc, rs, false, stream_));
+      CEDAR_TRY(kcu::pack_fp8_swa(kvr, B, hd, (uint8_t* const*)at(o_rdst) + (size_t)l * B, stream_));
+      int src = -1;
+      if (li.ratio > 0) src = seqs[0]->source_of_layer(li.kv_source);
+      if (li.ratio > 0 && ha.has_indexer) {
+        const int Ev = ecap[(size_t)l];
+        CEDAR_TRY(gemv(b.i_wq_b, qr, ql, qi, Hi * Di));
+        CEDAR_TRY(gemv(b.i_wproj, x, d, wts, Hi));
+        CEDAR_TRY(kcu::rope_rows(qi, B, Hi, Di, np, d_cosc, d_sinc, false, stream_));
+        CEDAR_TRY(kcu::fp4_index_fake_quant(qi, B * Hi, Di, stream_));
+        CEDAR_TRY(kcu::scale_values(wts, B * Hi, 1.0f / std::sqrt((float)Hi), stream_));
+        kcu::index_scores_params ip;
+        ip.R = B, ip.E = Ev, ip.Hi = Hi, ip.Di = Di, ip.sscale = 1.0f / std::sqrt((float)Di);
+        ip.q = qi, ip.w = wts, ip.keys = (const uint8_t* const*)at(o_sidx) + (size_t)src * B;
+        ip.vis = (const int*)at(o_vis) + (size_t)l * B;
+        ip.score = score;
+        if (li.candidate_restricted && cand_nb > 0) {
+          if (cand_nb < (Ev + bs - 1) / bs)
+            return make_error(errc::internal, "cuda backend: candidate pool narrower than the restricted layer's entries");
+          ip.allowed = allowed, ip.block = bs, ip.nb = cand_nb;
+        }
+        CEDAR_TRY(kcu::index_scores(ip, stream_));
+        if (li.candidate_source) {
+          cand_nb = (Ev + bs - 1) / bs;
+          CEDAR_TRY(kcu::block_max(score, ip.vis, B, Ev, bs, cand_nb, bscore, stream_));
+          CEDAR_TRY(kcu::topk(bscore, B, cand_nb, c.candidate_topk_blocks, bids, bn, stream_));
+          CEDAR_TRY(kcu::ids_to_mask(bids, bn, B, c.candidate_topk_blocks, cand_nb, allowed, stream_));
+        }
+        CEDAR_TRY(kcu::topk(score, B, Ev, K, topk_ids, topk_n, stream_));
+      }
+      {
+        kcu::sparse_attention_params ap;
+        ap.R = B, ap.H = H, ap.D = hd, ap.scale = 1.0f / std::sqrt((float)hd);
+        ap.q = q, ap.sink = b.sink;
+        ap.wkeys = (const uint8_t* const*)at(o_rbase) + (size_t)l * B;
+        ap.wstart = (const int*)at(o_wstart) + (size_t)l * B;
+        ap.wn = (const int*)at(o_wn) + (size_t)l * B;
+        ap.wcap = W;
+        if (src >= 0) {
+          ap.main = (const uint8_t* const*)at(o_smain) + (size_t)src * B;
+          ap.sel = topk_ids, ap.nsel = topk_n, ap.K = K;
+        }
+        ap.out = o;
+        ap.max_keys = W + (src >= 0 ? K : 0);
+        ap.workspace = attn_ws;
+        ap.workspace_floats = attn_ws_floats;
+        CEDAR_TRY(kcu::sparse_attention(ap, stream_));
+      }
+      CEDAR_TRY(kcu::rope_rows(o, B, H, hd, np, rc, rs, true, stream_));
+      {
+        const int gin = H * hd / G;
+        std::vector<kcu::qgemv_params> items((size_t)G);
+        for (int g = 0; g < G; ++g) {
+          kcu::qgemv_params& p = items[(size_t)g];
+          p.w = b.wo_a.slice_rows((int64_t)g * orank, orank);
+          p.m = B, p.x = o + (size_t)g * gin, p.ldx = H * hd, p.y = oa + (size_t)g * orank, p.ldy = G * orank;
+        }
+        for (int g0 = 0; g0 < G; g0 += kcu::k_qgemv_group_max)
+          CEDAR_TRY(kcu::qgemv_grouped(items.data() + g0, std::min(G - g0, kcu::k_qgemv_group_max), stream_));
+      }
+      CEDAR_TRY(gemv(b.wo_b, oa, G * orank, y, d));
+      CEDAR_TRY(kcu::hc_expand(X, y, post, comb, B, hc, d, stream_));
+      // --- FFN site: mixes (pre for the next block, post, comb), collapse with apre ---
+      CEDAR_TRY(kcu::rms_norm(X, ones_, flat, B, hc * d, eps, stream_));
+      CEDAR_TRY(gemv(b.hc_ffn_fn, flat, hc * d, mixes, mix));
+      {
+        kcu::hc_post_params hp;
+        hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
+        hp.mixes = mixes, hp.base = b.hc_ffn_base, hp.scale = b.hc_ffn_scale, hp.pre = pre, hp.post = post, hp.comb = comb;
+        CEDAR_TRY(kcu::hc_post(hp, stream_));
+      }
+      CEDAR_TRY(kcu::hc_collapse_norm(X, apre, b.ffn_norm, x, B, hc, d, eps, stream_));
+      // --- MoE: shared expert into y, routed experts added in expert-id order ---
+      if (!b.shared.w1.empty()) {
+        CEDAR_TRY(gemv(b.shared.w1, x, d, h, 2 * F));
+        CEDAR_TRY(gemv(b.shared.w3, x, d, h + F, 2 * F));
+        CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
+        CEDAR_TRY(gemv(b.shared.w2, act, F, y, d));
+      } else {
+        CEDAR_CU(cudaMemsetAsync(y, 0, sizeof(float) * (size_t)B * d, stream_), "cuda backend: memset");
+      }
+      if (E > 0 && KE > 0) {
+        CEDAR_TRY(gemv(b.gate, x, d, gl, E));
+        kcu::moe_route_params rp;
+        rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
+        rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
+        CEDAR_TRY(kcu::moe_route(rp, stream_));
+        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, sel, B, KE, x, d, F, h2, stream_));
+        CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, stream_));
+        CEDAR_TRY(kcu::moe_down(b.w2s, sel, B, KE, act2, F, d, ye, stream_));
+        CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
+      }
+      CEDAR_TRY(kcu::hc_expand(X, y, post, comb, B, hc, d, stream_));
+      if (trace_) {  // diagnostics (CEDAR_CUDA_TRACE): row 0's residual streams after each layer
+        std::vector<float> hx((size_t)hc * d);
+        CEDAR_CU(cudaMemcpyAsync(hx.data(), X, sizeof(float) * hx.size(), cudaMemcpyDeviceToHost, stream_), "trace");
+        CEDAR_CU(cudaStreamSynchronize(stream_), "trace");
+        double sa = 0;
+        for (float v : hx) sa += std::fabs(v);
+        std::fprintf(stderr, "cuda trace: layer %2d  sum|X| %.6g  X[0..3] %.5g %.5g %.5g %.5g\n", l, sa, hx[0], hx[1], hx[2], hx[3]);
+      }
+    }
+    // ---- head ------------------------------------------------------------------------------
+    CEDAR_TRY(kcu::hc_collapse_norm(X, pre, norm_, x, B, hc, d, eps, stream_));
+    CEDAR_TRY(gemv(head_, x, d, lg, V));
+    CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_ssrc), (uint8_t* const*)at(o_sdst), (const uint32_t*)at(o_slen),
+                              n_spans, stream_));
+    // one download: logits, then the staged cache bytes
+    CEDAR_CU(cudaMemcpyAsync(pinned_, lg, lg_bytes, cudaMemcpyDeviceToHost, stream_), "cuda backend: logits download");
+    CEDAR_CU(cudaMemcpyAsync(pinned_ + lg_bytes, stage, stage_bytes, cudaMemcpyDeviceToHost, stream_),
+             "cuda backend: cache download");
+    return {};
+  };
+
+  // ---- run: eagerly the first time a shape is seen, captured into a CUDA graph the second time,
+  // replayed from then on (one launch per step instead of ~40 per layer) -----------------------
+  std::memcpy(pinned_, blob_.data(), blob_.size());
+  std::vector<uintptr_t> key = {(uintptr_t)B, (uintptr_t)pinned_, (uintptr_t)dblob, (uintptr_t)stage,
+                                (uintptr_t)blob_.size(), (uintptr_t)attn_ws};
+  for (int l = 0; l < L; ++l) key.push_back((uintptr_t)ecap[(size_t)l]);
+  for (auto& [name, m] : scratch_) key.push_back((uintptr_t)m.p);
+  const bool graphs = graphs_ && !trace_;
+  if (graphs && graph_exec_ && key == graph_key_) {
+    CEDAR_CU(cudaGraphLaunch(graph_exec_, stream_), "cuda backend: graph launch");
+    ++graph_launches_;
+  } else if (graphs && key == warm_key_) {
+    cudaGraph_t g = nullptr;
+    CEDAR_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cuda backend: graph capture");
+    const status st = enqueue();
+    const cudaError_t ce = cudaStreamEndCapture(stream_, &g);
+    if (!st) {
+      if (g) cudaGraphDestroy(g);
+      return st;
+    }
+    CEDAR_CU(ce, "cuda backend: graph capture");
+    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    graph_exec_ = nullptr;
+    const cudaError_t ie = cudaGraphInstantiate(&graph_exec_, g, 0);
+    cudaGraphDestroy(g);
+    CEDAR_CU(ie, "cuda backend: graph instantiate");
+    graph_key_ = key;
+    CEDAR_CU(cudaGraphLaunch(graph_exec_, stream_), "cuda backend: graph launch");
+    ++graph_launches_;
+  } else {
+    CEDAR_TRY(enqueue());
+    warm_key_ = key;
+  }
+  CEDAR_CU(cudaStreamSynchronize(stream_), "cuda backend: step");
+  logits.resize((size_t)B * V);
+  std::memcpy(logits.data(), pinned_, lg_bytes);
+
+  // ---- write back into the host sequences (the owners) ---------------------------------------
+  const uint8_t* st_host = pinned_ + lg_bytes;
+  for (const back_item& bi : back) {
+    sequence& s = *seqs[(size_t)bi.r];
+    const uint8_t* bytes = st_host + bi.off;
+    if (bi.kind == 0) {
+      std::memcpy(s.ring_mut(bi.a).bytes.data() + (size_t)(pos[(size_t)bi.r] % W) * swa_b, bytes, bi.len);
+    } else if (bi.kind == 1 || bi.kind == 2) {
+      kv_source_state& st = s.source_mut(bi.a);
+      std::vector<uint8_t>& v = bi.kind == 1 ? st.main : st.index;
+      v.insert(v.end(), bytes, bytes + bi.len);
+    } else {
+      kv_source_state& st = s.source_mut(bi.a);
+      std::vector<float>& v = bi.kind == 3 ? st.pending_kv : st.pending_gate;
+      std::memcpy(v.data() + (size_t)st.n_pending * hd, bytes, bi.len);
+    }
+  }
+  for (int r = 0; r < B; ++r) {
+    sequence& s = *seqs[(size_t)r];
+    for (int i = 0; i < S; ++i) {
+      kv_source_state& st = s.source_mut(i);
+      dev_source& so = ds[(size_t)r]->sources[(size_t)i];
+      if (dst_main[(size_t)i * B + r]) {
+        ++st.n_entries;
+        ++so.n_entries;
+        st.n_pending = 0;
+      } else {
+        ++st.n_pending;
+      }
+    }
+    const int32_t t = tokens[(size_t)r];
+    const int64_t cid = e_.engram_token_map().empty() ? 0 : e_.engram_token_map()[(size_t)t];
+    s.append_tokens(&t, 1, &cid);
+    ds[(size_t)r]->version = s.version();
+  }
+  return {};
+}
+
+}  // namespace
+
+result<std::unique_ptr<backend>> make_cuda_backend(const engine& e) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) return make_error(errc::unavailable, "cuda backend: " + why);
+  auto b = std::make_unique<cuda_backend>(e);
+  CEDAR_TRY(b->init());
+  return std::unique_ptr<backend>(std::move(b));
+}
+
+#endif  // CEDAR_HAVE_CUDA
+
+}  // namespace cedar::model

@@ -1,0 +1,306 @@
+// The cuda backend against the CPU runner (its reference), end to end on real models: the
+// shipped default model (BF16) and a random model written in the official storage layout
+// (FP8 + UE8M0 32x32 projections, packed FP4 experts). Each test prefills on the CPU, then
+// decodes the same tokens on both backends and compares every step's logits (explicit
+// tolerance, same argmax), the cache bytes the GPU wrote back into the host sequence, and free
+// greedy generations. Needs a GPU: fails (never skips) without one; run by
+// scripts/cuda-tests.sh on the GPU machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "model/backend.hpp"
+#include "model/model_dir.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace cm = cedar::model;
+
+namespace {
+
+// The checkout may sit elsewhere on the GPU machine: CEDAR_SOURCE_DIR in the environment wins.
+const std::string k_shipped =
+    std::string(std::getenv("CEDAR_SOURCE_DIR") ? std::getenv("CEDAR_SOURCE_DIR") : CEDAR_SOURCE_DIR) +
+    "/model/weights/cedar-agent-tiny";
+
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> u(3, vocab - 1);
+  std::vector<int32_t> t((size_t)n);
+  for (auto& x : t) x = u(g);
+  return t;
+}
+
+int argmax(const float* v, int n) { return (int)(std::max_element(v, v + n) - v); }
+
+struct diff_stats {
+  double max_abs = 0, max_ref = 0;
+  int argmax_diff = 0, rows = 0;
+  void add(const float* a, const float* b, int n) {
+    for (int i = 0; i < n; ++i) {
+      max_abs = std::max(max_abs, (double)std::fabs(a[i] - b[i]));
+      max_ref = std::max(max_ref, (double)std::fabs(a[i]));
+    }
+    argmax_diff += argmax(a, n) != argmax(b, n);
+    ++rows;
+  }
+  double rel() const { return max_abs / std::max(1e-30, max_ref); }
+};
+
+// Fraction of differing packed entries between two byte arrays of `entry`-byte entries.
+double entry_diff_fraction(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t entry) {
+  if (a.size() != b.size() || entry == 0) return 1.0;
+  const size_t n = a.size() / entry;
+  size_t diff = 0;
+  for (size_t i = 0; i < n; ++i) diff += std::memcmp(a.data() + i * entry, b.data() + i * entry, entry) != 0;
+  return n ? (double)diff / (double)n : 0.0;
+}
+
+// Prefills B sequences per backend (different lengths: ratio-2 groups in both phases, SWA
+// rings wrapped), decodes `steps` teacher-forced steps (the CPU's greedy tokens) on both.
+void compare_decode(const cm::engine& e, const std::vector<int>& lengths, int steps, double tol, const char* what) {
+  const cm::model_config& c = e.config();
+  auto cpu = cm::make_backend(e, cm::backend_request::cpu);
+  auto gpu = cm::make_backend(e, cm::backend_request::cuda);
+  ASSERT_TRUE(cpu.ok()) << cpu.err().message;
+  ASSERT_TRUE(gpu.ok()) << gpu.err().message;
+  ASSERT_EQ((*gpu)->kind(), cm::backend_kind::cuda);
+  std::printf("[%s] gpu backend: %s\n", what, (*gpu)->device().c_str());
+  const int B = (int)lengths.size();
+  std::vector<cm::sequence> a, g;
+  for (int r = 0; r < B; ++r) {
+    a.emplace_back(c);
+    g.emplace_back(c);
+  }
+  std::vector<int32_t> next((size_t)B);
+  for (int r = 0; r < B; ++r) {
+    const auto toks = random_tokens(lengths[(size_t)r], c.vocab_size, 100 + r);
+    auto la = (*cpu)->prefill(a[(size_t)r], toks);
+    auto lg = (*gpu)->prefill(g[(size_t)r], toks);
+    ASSERT_TRUE(la.ok() && lg.ok());
+    next[(size_t)r] = argmax(la->values.data(), c.vocab_size);
+  }
+  std::vector<cm::sequence*> pa, pg;
+  for (int r = 0; r < B; ++r) {
+    pa.push_back(&a[(size_t)r]);
+    pg.push_back(&g[(size_t)r]);
+  }
+  diff_stats ds;
+  std::vector<float> la, lg;
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_TRUE((*cpu)->decode_step(pa, next, la).ok());
+    auto st = (*gpu)->decode_step(pg, next, lg);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(la.size(), lg.size());
+    for (int r = 0; r < B; ++r) {
+      ds.add(la.data() + (size_t)r * c.vocab_size, lg.data() + (size_t)r * c.vocab_size, c.vocab_size);
+      next[(size_t)r] = argmax(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
+    }
+  }
+  double worst_entries = 0;
+  for (int r = 0; r < B; ++r) {
+    ASSERT_EQ(a[(size_t)r].n_tokens(), g[(size_t)r].n_tokens());
+    EXPECT_EQ(a[(size_t)r].tokens(), g[(size_t)r].tokens());
+    EXPECT_EQ(a[(size_t)r].ngram_history(), g[(size_t)r].ngram_history());
+    for (int i = 0; i < a[(size_t)r].n_sources(); ++i) {
+      const auto& sa = a[(size_t)r].source(i);
+      const auto& sg = g[(size_t)r].source(i);
+      ASSERT_EQ(sa.n_entries, sg.n_entries) << "source " << i;
+      ASSERT_EQ(sa.n_pending, sg.n_pending) << "source " << i;
+      ASSERT_EQ(sa.main.size(), sg.main.size());
+      worst_entries = std::max(worst_entries, entry_diff_fraction(sa.main, sg.main, a[(size_t)r].main_entry_bytes()));
+    }
+  }
+  std::printf("[%s] %d rows x %d steps: max |dlogit| %.3g (%.3g of the largest logit), argmax differs in %d rows, "
+              "packed KV entries differing (GPU-written vs CPU) at most %.1f%%\n",
+              what, B, steps, ds.max_abs, ds.rel(), ds.argmax_diff, 100 * worst_entries);
+  EXPECT_LE(ds.rel(), tol);
+  EXPECT_EQ(ds.argmax_diff, 0);
+  // entries are re-encoded from fp32 values that differ in the last bits: a few may round
+  // to a neighbouring code, most must be identical
+  EXPECT_LE(worst_entries, 0.25);
+}
+
+cm::loaded_model load_shipped() {
+  auto m = cm::load_model_dir(k_shipped, false);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
+  return m.ok() ? *m : cm::loaded_model{};
+}
+
+}  // namespace
+
+TEST(cuda_decode, shipped_model_batch1_matches_cpu) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  if (std::getenv("CEDAR_CUDA_TRACE")) {
+    // diagnostics: the CPU's residual streams after each layer for the first decoded token
+    // (a one-token full-stack prefill is that decode step), to put beside the GPU's trace
+    const cm::model_config& c = m.eng->config();
+    cm::runner rn(*m.eng);
+    cm::sequence s(c);
+    auto l0 = rn.prefill(s, random_tokens(301, c.vocab_size, 100));
+    ASSERT_TRUE(l0.ok());
+    const int32_t t = argmax(l0->values.data(), c.vocab_size);
+    cm::forward_trace tr;
+    cm::prefill_options o;
+    o.mode = cm::prefill_mode::full_stack;
+    o.trace = &tr;
+    ASSERT_TRUE(rn.prefill(s, {&t, 1}, o).ok());
+    const size_t per = (size_t)c.hc_mult * c.hidden_size;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const float* x = tr.layer_out.data() + (size_t)l * per;
+      double sa = 0;
+      for (size_t i = 0; i < per; ++i) sa += std::fabs(x[i]);
+      std::fprintf(stderr, "cpu  trace: layer %2d  sum|X| %.6g  X[0..3] %.5g %.5g %.5g %.5g\n", l, sa, x[0], x[1], x[2], x[3]);
+    }
+  }
+  compare_decode(*m.eng, {301}, 48, 2e-3, "shipped b1");
+}
+
+TEST(cuda_decode, shipped_model_batch5_mixed_lengths_matches_cpu) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  // lengths: shorter than the window, odd/even (ratio-2 pending rows), several windows
+  compare_decode(*m.eng, {7, 64, 65, 190, 1031}, 40, 2e-3, "shipped b5");
+}
+
+TEST(cuda_decode, fp8_fp4_random_model_matches_cpu) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  cm::model_config c = m.eng->config();  // the shipped shape, random weights in the official layout
+  const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_fp8_random.safetensors";
+  ASSERT_TRUE(cm::write_random_checkpoint(c, 7, cm::storage_layout::fp8, path.string()).ok());
+  cm::engine_options o;
+  o.engram_token_map = m.eng->engram_token_map();
+  auto e = cm::engine::load(c, path.string(), o);
+  ASSERT_TRUE(e.ok()) << e.err().message;
+  compare_decode(*e, {130, 33}, 24, 2e-3, "fp8/fp4 random");
+  std::filesystem::remove(path);
+}
+
+// After GPU decode steps, a CPU prefill (a tool result) and a replay-style change refresh the
+// device mirror; decoding continues in step with the CPU.
+TEST(cuda_decode, mirror_follows_cpu_prefill_between_decode_steps) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
+  auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  cm::sequence a(c), g(c);
+  const auto p1 = random_tokens(150, c.vocab_size, 1), p2 = random_tokens(37, c.vocab_size, 2);
+  ASSERT_TRUE((*cpu)->prefill(a, p1).ok());
+  ASSERT_TRUE((*gpu)->prefill(g, p1).ok());
+  diff_stats ds;
+  std::vector<float> la, lg;
+  cm::sequence* pa = &a;
+  cm::sequence* pg = &g;
+  int32_t t = 11;
+  for (int round = 0; round < 3; ++round) {
+    for (int s = 0; s < 10; ++s) {
+      ASSERT_TRUE((*cpu)->decode_step({&pa, 1}, {&t, 1}, la).ok());
+      ASSERT_TRUE((*gpu)->decode_step({&pg, 1}, {&t, 1}, lg).ok());
+      ds.add(la.data(), lg.data(), c.vocab_size);
+      t = argmax(la.data(), c.vocab_size);
+    }
+    // the tool result arrives: prefilled on the CPU into both sequences
+    ASSERT_TRUE((*cpu)->prefill(a, p2).ok());
+    ASSERT_TRUE((*gpu)->prefill(g, p2).ok());
+  }
+  std::printf("[mirror] max |dlogit| %.3g (%.3g rel), argmax differs %d of %d\n", ds.max_abs, ds.rel(), ds.argmax_diff,
+              ds.rows);
+  EXPECT_LE(ds.rel(), 2e-3);
+  EXPECT_EQ(ds.argmax_diff, 0);
+}
+
+// Free greedy generation: the same 40 tokens on both backends.
+TEST(cuda_decode, greedy_generation_identical) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
+  auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  std::vector<int32_t> out[2];
+  for (int k = 0; k < 2; ++k) {
+    cm::backend& be = k == 0 ? **cpu : **gpu;
+    cm::sequence s(c);
+    auto l = be.prefill(s, random_tokens(222, c.vocab_size, 9));
+    ASSERT_TRUE(l.ok());
+    int32_t t = argmax(l->values.data(), c.vocab_size);
+    std::vector<float> lg;
+    cm::sequence* ps = &s;
+    for (int i = 0; i < 40; ++i) {
+      out[k].push_back(t);
+      ASSERT_TRUE(be.decode_step({&ps, 1}, {&t, 1}, lg).ok());
+      t = argmax(lg.data(), c.vocab_size);
+    }
+  }
+  EXPECT_EQ(out[0], out[1]);
+}
+
+TEST(cuda_decode, bad_input_is_an_error_not_a_crash) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  ASSERT_TRUE(gpu.ok());
+  cm::sequence s(m.eng->config());
+  cm::sequence* ps = &s;
+  std::vector<float> lg;
+  int32_t bad = m.eng->config().vocab_size + 5;
+  auto st = (*gpu)->decode_step({&ps, 1}, {&bad, 1}, lg);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("outside the vocabulary"), std::string::npos) << st.err().message;
+  cm::sequence* twice[2] = {ps, ps};
+  int32_t toks[2] = {5, 6};
+  EXPECT_FALSE((*gpu)->decode_step(twice, toks, lg).ok());
+}
+
+// Steps replayed from the captured CUDA graph give exactly the logits of steps launched op by
+// op (CEDAR_CUDA_GRAPHS=0 when the backend is made): same kernels, same inputs, same order.
+TEST(cuda_decode, graph_replay_equals_eager_launches) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  setenv("CEDAR_CUDA_GRAPHS", "0", 1);
+  auto eager = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_GRAPHS");
+  auto graph = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  ASSERT_TRUE(eager.ok() && graph.ok());
+  std::vector<cm::sequence> a, g;
+  for (int r = 0; r < 3; ++r) {
+    a.emplace_back(c);
+    g.emplace_back(c);
+    const auto t = random_tokens(90 + 41 * r, c.vocab_size, 50 + r);
+    ASSERT_TRUE((*eager)->prefill(a.back(), t).ok());
+    ASSERT_TRUE((*graph)->prefill(g.back(), t).ok());
+  }
+  std::vector<cm::sequence*> pa = {&a[0], &a[1], &a[2]}, pg = {&g[0], &g[1], &g[2]};
+  std::vector<int32_t> next = {5, 6, 7};
+  std::vector<float> la, lg;
+  int identical = 0;
+  const int steps = 20;
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_TRUE((*eager)->decode_step(pa, next, la).ok());
+    ASSERT_TRUE((*graph)->decode_step(pg, next, lg).ok());
+    identical += la == lg;
+    for (int r = 0; r < 3; ++r) next[(size_t)r] = argmax(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
+  }
+  EXPECT_EQ(identical, steps);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(a[(size_t)r].source(0).main, g[(size_t)r].source(0).main);
+}
