@@ -731,8 +731,21 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     return kcu::qgemv(p, stream_);
   };
 
+  // One mHC site: mix weights from the normalised streams (new_pre, post, comb), then the
+  // streams collapsed with `collapse_pre` and normalised by `norm` into x.
+  auto mhc_site = [&](const qmatrix& fn, const float* base, const float* scale, float* new_pre,
+                      const float* collapse_pre, const float* norm) -> status {
+    CEDAR_TRY(kcu::rms_norm(X, ones_, flat, B, hc * d, eps, stream_));
+    CEDAR_TRY(gemv(fn, flat, hc * d, mixes, mix));
+    kcu::hc_post_params hp;
+    hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
+    hp.mixes = mixes, hp.base = base, hp.scale = scale, hp.pre = new_pre, hp.post = post, hp.comb = comb;
+    CEDAR_TRY(kcu::hc_post(hp, stream_));
+    return kcu::hc_collapse_norm(X, collapse_pre, norm, x, B, hc, d, eps, stream_);
+  };
+
   auto enqueue = [&]() -> status {
-    // ---- embedding: hc copies; the first block collapses with pre = e0 ------------------------
+    // ---- embedding: hc copies; the first block collapses with pre = e0 ----------------------
     CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
     CEDAR_CU(cudaMemsetAsync(zeros, 0, sizeof(int) * (size_t)B, stream_), "cuda backend: memset");
     CEDAR_CU(cudaMemsetAsync(topk_n, 0, sizeof(int) * (size_t)B, stream_), "cuda backend: memset");
@@ -753,15 +766,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         ++eli;
       }
       // --- attention site: mixes (apre, post, comb), collapse with the previous pre ---
-      CEDAR_TRY(kcu::rms_norm(X, ones_, flat, B, hc * d, eps, stream_));
-      CEDAR_TRY(gemv(b.hc_attn_fn, flat, hc * d, mixes, mix));
-      {
-        kcu::hc_post_params hp;
-        hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
-        hp.mixes = mixes, hp.base = b.hc_attn_base, hp.scale = b.hc_attn_scale, hp.pre = apre, hp.post = post, hp.comb = comb;
-        CEDAR_TRY(kcu::hc_post(hp, stream_));
-      }
-      CEDAR_TRY(kcu::hc_collapse_norm(X, pre, b.attn_norm, x, B, hc, d, eps, stream_));
+      CEDAR_TRY(mhc_site(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, apre, pre, b.attn_norm));
       // --- compressor: a new entry (or a pending row) of this KV source ---
       if (ha.has_compressor) {
         const int si = seqs[0]->source_of_layer(l);
@@ -857,15 +862,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       CEDAR_TRY(gemv(b.wo_b, oa, G * orank, y, d));
       CEDAR_TRY(kcu::hc_expand(X, y, post, comb, B, hc, d, stream_));
       // --- FFN site: mixes (pre for the next block, post, comb), collapse with apre ---
-      CEDAR_TRY(kcu::rms_norm(X, ones_, flat, B, hc * d, eps, stream_));
-      CEDAR_TRY(gemv(b.hc_ffn_fn, flat, hc * d, mixes, mix));
-      {
-        kcu::hc_post_params hp;
-        hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
-        hp.mixes = mixes, hp.base = b.hc_ffn_base, hp.scale = b.hc_ffn_scale, hp.pre = pre, hp.post = post, hp.comb = comb;
-        CEDAR_TRY(kcu::hc_post(hp, stream_));
-      }
-      CEDAR_TRY(kcu::hc_collapse_norm(X, apre, b.ffn_norm, x, B, hc, d, eps, stream_));
+      CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, b.ffn_norm));
       // --- MoE: shared expert into y, routed experts added in expert-id order ---
       if (!b.shared.w1.empty()) {
         CEDAR_TRY(gemv(b.shared.w1, x, d, h, 2 * F));

@@ -1,17 +1,12 @@
 // engram — see engram.cuh. One block per (row, stream): three block sums, then the update.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/engram.cuh"
 
 #include <string>
 
 namespace cedar::kernels::cuda {
 namespace {
-
-__device__ inline float sigmoid_stable(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-  const float z = expf(x);
-  return z / (1.0f + z);
-}
 
 __global__ void engram_gate_kernel(float* X, const float* kv, const float* qk, int hc, int d, float eps) {
   __shared__ float part[3][32];

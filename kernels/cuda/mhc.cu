@@ -2,18 +2,13 @@
 // Sinkhorn sweeps: negligible next to the projections); collapse and expand run one block per
 // row with a thread per channel.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mhc.cuh"
 
 #include <string>
 
 namespace cedar::kernels::cuda {
 namespace {
-
-__device__ inline float sigmoid_stable(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-  const float z = expf(x);
-  return z / (1.0f + z);
-}
 
 __global__ void hc_post_kernel(hc_post_params p) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;

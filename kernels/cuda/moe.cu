@@ -2,6 +2,7 @@
 // output row of the item's expert matrix, lanes striding the columns, elements dequantised by
 // qmatrix_at (the expert is only known on the device); eight warps per block.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/qmatrix_device.cuh"
 
@@ -13,12 +14,6 @@ namespace {
 constexpr int k_warps = 8;
 
 __device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-__device__ inline float sigmoid_stable(float x) {
-  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
-  const float z = expf(x);
-  return z / (1.0f + z);
-}
 
 __global__ void moe_route_kernel(moe_route_params p) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
