@@ -431,27 +431,11 @@ status cuda_backend::sync_sequence(const sequence& s, dev_sequence& d) {
 
 status cuda_backend::decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
                                  std::vector<float>& logits) {
-  const model_config& c = e_.config();
-  if (seqs.empty() || seqs.size() != tokens.size())
-    return make_error(errc::invalid_argument, "decode_step: need one token per sequence (got " +
-                                                  std::to_string(seqs.size()) + " sequences, " +
-                                                  std::to_string(tokens.size()) + " tokens)");
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    if (!seqs[i]) return make_error(errc::invalid_argument, "decode_step: null sequence");
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
-      return make_error(errc::invalid_argument, "token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
-                                                    ", outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-    if (seqs[i]->config().num_hidden_layers != c.num_hidden_layers || seqs[i]->config().head_dim != c.head_dim ||
-        seqs[i]->storage() != kv_storage::packed)
+  CEDAR_TRY(check_decode_batch(e_.config(), seqs, tokens));
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i]->storage() != kv_storage::packed)
       return make_error(errc::mismatch, "decode_step: sequence " + std::to_string(i) +
-                                            " was created for a different model config or storage");
-    if (seqs[i]->n_tokens() + 1 > c.max_position_embeddings)
-      return make_error(errc::invalid_argument, "decode_step: sequence " + std::to_string(i) +
-                                                    " is at max_position_embeddings");
-    for (size_t j = 0; j < i; ++j)
-      if (seqs[j] == seqs[i])
-        return make_error(errc::invalid_argument, "decode_step: a sequence appears twice in the batch");
-  }
+                                            " keeps unquantised KV (the cuda backend decodes packed caches only)");
   return decode_rows(seqs, tokens, logits);
 }
 

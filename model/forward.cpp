@@ -1002,16 +1002,12 @@ result<logits_rows> runner::prefill(sequence& seq, std::span<const int32_t> toke
   return out;
 }
 
-status runner::decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
-                           std::vector<float>& logits) {
-  const model_config& c = e_.config();
+status check_decode_batch(const model_config& c, std::span<sequence* const> seqs, std::span<const int32_t> tokens) {
   if (seqs.empty() || seqs.size() != tokens.size())
     return make_error(errc::invalid_argument, "decode_step: need one token per sequence (got " +
                                                   std::to_string(seqs.size()) + " sequences, " +
                                                   std::to_string(tokens.size()) + " tokens)");
   CEDAR_TRY(check_tokens(c, tokens));
-  workspace& ws = *ws_;
-  ws.segs.clear();
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i]) return make_error(errc::invalid_argument, "decode_step: null sequence");
     CEDAR_TRY(check_sequence(c, *seqs[i]));
@@ -1021,8 +1017,17 @@ status runner::decode_step(std::span<sequence* const> seqs, std::span<const int3
     for (size_t j = 0; j < i; ++j)
       if (seqs[j] == seqs[i])
         return make_error(errc::invalid_argument, "decode_step: a sequence appears twice in the batch");
-    ws.segs.push_back(segment{seqs[i], (int)i, 1, seqs[i]->n_tokens(), false, false});
   }
+  return {};
+}
+
+status runner::decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
+                           std::vector<float>& logits) {
+  CEDAR_TRY(check_decode_batch(e_.config(), seqs, tokens));
+  workspace& ws = *ws_;
+  ws.segs.clear();
+  for (size_t i = 0; i < seqs.size(); ++i)
+    ws.segs.push_back(segment{seqs[i], (int)i, 1, seqs[i]->n_tokens(), false, false});
   ws.tok.assign(tokens.begin(), tokens.end());
   run_rows(e_, ws, false, false, nullptr, logits);
   for (size_t i = 0; i < seqs.size(); ++i) commit(e_, *seqs[i], &tokens[i], 1, ws.comp);

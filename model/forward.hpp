@@ -67,6 +67,11 @@ struct logits_rows {
   std::vector<float> values;
 };
 
+// The checks every backend's decode_step makes (errors name the bad argument): one token per
+// sequence, ids in the vocabulary, no null or repeated sequence, sequences made for this
+// config, room for one more position.
+status check_decode_batch(const model_config& c, std::span<sequence* const> seqs, std::span<const int32_t> tokens);
+
 class runner {
  public:
   explicit runner(const engine& e);

@@ -16,9 +16,12 @@
 #include <vector>
 
 #include "sessions/page_format.hpp"
+#include "sessions/le_bytes.hpp"
 
 namespace cedar::sessions {
 namespace {
+
+using namespace le;
 
 constexpr char file_magic[8] = {'C', 'E', 'D', 'R', 'K', 'V', 'P', 'F'};
 
@@ -27,23 +30,6 @@ error io_error(const std::string& path, const std::string& what, int err) {
   std::string msg = path + ": " + what + ": " + std::strerror(err);
   if (err == ENOSPC || err == EFBIG || err == EDQUOT) msg += " (disk or file size limit full)";
   return make_error(errc::io, std::move(msg));
-}
-
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
 }
 
 void encode_file_header(uint64_t file_id, uint8_t out[page_file_header_bytes]) {

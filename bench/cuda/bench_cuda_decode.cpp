@@ -37,12 +37,24 @@ namespace kc = cedar::kernels;
 
 namespace {
 
-std::vector<int64_t> parse_list(const std::string& s) {
+// "8192,32768" -> {8192, 32768}; exits with a message naming the flag on anything else.
+std::vector<int64_t> parse_list(const std::string& s, const char* flag) {
   std::vector<int64_t> v;
   std::stringstream ss(s);
   std::string x;
-  while (std::getline(ss, x, ','))
-    if (!x.empty()) v.push_back(std::stoll(x));
+  while (std::getline(ss, x, ',')) {
+    char* end = nullptr;
+    const long long n = std::strtoll(x.c_str(), &end, 10);
+    if (x.empty() || *end != '\0' || n <= 0) {
+      std::fprintf(stderr, "bench_cuda_decode: %s: '%s' is not a positive integer\n", flag, x.c_str());
+      std::exit(2);
+    }
+    v.push_back(n);
+  }
+  if (v.empty()) {
+    std::fprintf(stderr, "bench_cuda_decode: %s: empty list\n", flag);
+    std::exit(2);
+  }
   return v;
 }
 
@@ -210,11 +222,11 @@ int main(int argc, char** argv) {
     } else if (a == "--models") {
       models = val("--models");
     } else if (a == "--contexts") {
-      contexts = parse_list(val("--contexts"));
+      contexts = parse_list(val("--contexts"), "--contexts");
     } else if (a == "--batches") {
-      batches = parse_list(val("--batches"));
+      batches = parse_list(val("--batches"), "--batches");
     } else if (a == "--steps") {
-      steps = std::max(1, std::atoi(val("--steps").c_str()));
+      steps = (int)parse_list(val("--steps"), "--steps")[0];
     } else if (a == "--csv") {
       csv_path = val("--csv");
     } else if (a == "--quick") {
