@@ -20,6 +20,11 @@ function of --seed alone, so give a seed the checkpoint's run did not use, or th
 come again in the same order:
 
   ... --init-from model/weights/cedar-agent-tiny --dense-frac 0 --seed 2 --minutes 4 --out /tmp/run2
+
+Several GPUs of one host: `--gpus N` runs one process per GPU (NCCL); each rank trains on its own
+share of the data stream (chunks r, r + N, ...), gradients are averaged and MoE loads summed
+every step (cedar_ref/train_core.DataParallel), rank 0 logs, exports and evaluates. The log's
+"data wait" share says whether the data workers keep up.
 """
 
 import argparse
@@ -70,10 +75,11 @@ def _gen_chunk(task):
 class Stream:
     """Bounded prefetch of generated chunks from a process pool (or in-process)."""
 
-    def __init__(self, args):
+    def __init__(self, args, rank=0, world=1):
         self.args = args
-        self.next_index = 0
         self.chunk = 32
+        self.next_index = rank * self.chunk  # rank r takes chunks r, r + world, ... of the stream
+        self.stride = world * self.chunk
         self.pool = None
         self.inflight = deque()
         if args.workers > 0:
@@ -86,7 +92,7 @@ class Stream:
 
     def _task(self):
         t = (self.args.seed, self.next_index, self.chunk)
-        self.next_index += self.chunk
+        self.next_index += self.stride
         return t
 
     def take(self, n):
@@ -122,6 +128,9 @@ def main(argv=None) -> int:
                          "--dense-frac 0 to skip the dense stage A, and a --seed the checkpoint's "
                          "run did not use, else its samples are generated again)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="data-parallel ranks: one process per GPU (NCCL); with --device cpu, "
+                         "that many CPU processes (gloo). Batch budgets are per rank")
     ap.add_argument("--workers", type=int, default=max(0, min(15, (os.cpu_count() or 1) - 1)),
                     help="data generation processes (0: in-process)")
     ap.add_argument("--max-len", type=int, default=3072, help="drop samples longer than this (tokens)")
@@ -155,12 +164,41 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if (args.minutes is None) == (args.steps is None):
         ap.error("give exactly one of --minutes and --steps")
+    if args.gpus < 1:
+        ap.error("--gpus must be >= 1")
+    if args.gpus > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.gpus:
+        ap.error(f"--gpus {args.gpus}: only {torch.cuda.device_count()} CUDA devices are visible")
+    # varying batch shapes fragment the caching allocator near full memory otherwise
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    if args.gpus == 1:
+        return run(0, 1, args)
+    import torch.multiprocessing as tmp
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    ctx = tmp.spawn(_rank_entry, args=(args.gpus, args), nprocs=args.gpus, join=True)
+    del ctx
+    return 0
+
+
+def _rank_entry(rank, world, args):
+    rc = run(rank, world, args)
+    if rc:
+        raise SystemExit(rc)
+
+
+def run(rank, world, args) -> int:
+    """One training process: rank 0 of 1, or one data-parallel rank (rank 0 logs, exports and
+    evaluates)."""
 
     def log(msg):
-        print(f"train: {msg}", file=sys.stderr, flush=True)
+        if rank == 0:
+            print(f"train: {msg}", file=sys.stderr, flush=True)
 
     os.makedirs(args.out, exist_ok=True)
     dev = torch.device(args.device)
+    if world > 1 and dev.type == "cuda":
+        dev = torch.device("cuda", rank)
+        torch.cuda.set_device(dev)
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -171,7 +209,14 @@ def main(argv=None) -> int:
         return 2
     pad_id = tok.token_to_id(bpe.PAD)
     base = {"index_topk": cfg.index_topk, "candidate_topk_blocks": cfg.candidate_topk_blocks}
-    stream = Stream(args)  # fork the data workers before CUDA is initialised
+    if world > 1:
+        args.workers = max(1, args.workers // world)
+    stream = Stream(args, rank, world)  # fork the data workers before CUDA is initialised
+    parallel = None
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
+        parallel = TC.DataParallel(rank, world, dev)
     m = TC.build_model(cfg, args.seed, dev)
     if args.init_from:
         try:
@@ -201,9 +246,12 @@ def main(argv=None) -> int:
     step, tokens_seen, last_t, last_tok = 0, 0, time.time(), 0
     batches = deque()
     fell_back = False
+    t_data = t_step = 0.0  # seconds waiting for samples / in train_step (this rank)
     try:
         while True:
             frac = ((time.time() - t_start) / budget) if budget else step / args.steps
+            if parallel is not None:
+                frac = parallel.agree(frac)
             if frac >= 1.0:
                 break
             sstep = int(frac * 10000)
@@ -213,19 +261,27 @@ def main(argv=None) -> int:
             lrm = sched.lr_mult(sstep)
             for g in opt.param_groups:
                 g["lr"] = args.lr * lrm * g["lr_mult"]
+            t0 = time.time()
             if not batches:
                 items = stream.take(384)
                 batches.extend(TC.make_batches(items, args.max_tokens, args.max_sq, rng=rng))
             batch = TC.collate(batches.popleft(), pad_id, dev)
+            t1 = time.time()
+            t_data += t1 - t0
             m.train()
             try:
                 out = TC.train_step(m, opt, tracker, batch, stage, args.gamma,
                                     replay_rows=args.replay_rows, autocast=autocast, rng=rng,
-                                    update_bias=not sched.bias_frozen(sstep))
+                                    update_bias=not sched.bias_frozen(sstep), parallel=parallel)
+                t_step += time.time() - t1
+                if out is None:  # another rank ran out of memory: nobody updated
+                    continue
             except torch.cuda.OutOfMemoryError:
                 del batch
                 opt.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
+                if parallel is not None:
+                    parallel.step_ok(False)
                 args.max_sq /= 2
                 args.max_tokens //= 2
                 batches.clear()
@@ -237,6 +293,8 @@ def main(argv=None) -> int:
                     log(f"bf16 autocast failed ({type(e).__name__}: {str(e)[:300]}); continuing in fp32")
                     autocast, fell_back = None, True
                     opt.zero_grad(set_to_none=True)
+                    if parallel is not None:
+                        parallel.step_ok(False)
                     continue
                 raise
             step += 1
@@ -248,17 +306,30 @@ def main(argv=None) -> int:
             history.append(rec)
             if step % args.log_every == 0 or step == 1:
                 now = time.time()
-                tps = (tokens_seen - last_tok) / max(now - last_t, 1e-9)
-                last_t, last_tok = now, tokens_seen
+                all_tokens = tokens_seen
+                if parallel is not None:  # every rank reaches the same steps
+                    all_tokens = int(parallel.sum([float(tokens_seen)])[0])
+                    rec["tokens_all_ranks"] = all_tokens
+                tps = (all_tokens - last_tok) / max(now - last_t, 1e-9)
+                last_t, last_tok = now, all_tokens
                 rec["tok_per_s"] = tps
                 log(f"step {step} {stage} {rec['t']:.0f}s lm {out.lm:.4f} kl {out.kl:.4f} "
                     f"replay {out.replay_lm:.4f} aux {out.aux:.2e} maxvio {out.maxvio:.2f} "
-                    f"lr {rec['lr']:.2e} B×T {rec['batch']} {tps:.0f} tok/s"
+                    f"lr {rec['lr']:.2e} B×T {rec['batch']} {tps:.0f} tok/s "
+                    f"(data wait {100 * t_data / max(now - t_start, 1e-9):.0f}%, step "
+                    f"{100 * t_step / max(now - t_start, 1e-9):.0f}%)"
                     + (f" mem {torch.cuda.max_memory_allocated() / 2**30:.1f}G" if dev.type == "cuda" else ""))
     finally:
         stream.close()
     train_s = time.time() - t_start
-    log(f"trained {step} steps, {tokens_seen} tokens ({stream.n_samples} samples) in {train_s:.0f}s")
+    n_samples = stream.n_samples
+    if parallel is not None:
+        tokens_seen, n_samples = (int(v) for v in parallel.sum([float(tokens_seen), float(n_samples)]))
+        parallel.dist.destroy_process_group()
+        if rank != 0:
+            return 0
+    log(f"trained {step} steps, {tokens_seen} tokens ({n_samples} samples, {world} rank(s)) in "
+        f"{train_s:.0f}s; data wait {t_data:.0f}s, train_step {t_step:.0f}s (rank 0)")
 
     # ---- export ----
     mdir = os.path.join(args.out, "model")
@@ -284,7 +355,7 @@ def main(argv=None) -> int:
 
     def save(ev):
         summary = {"params": n_params, "steps": step, "train_seconds": train_s,
-                   "tokens": tokens_seen, "samples": stream.n_samples,
+                   "tokens": tokens_seen, "samples": n_samples, "ranks": world,
                    "families_trained": stream.families,
                    "tokens_per_second": tokens_seen / max(train_s, 1e-9), "device": str(dev),
                    "torch": torch.__version__, "autocast_bf16": autocast is not None,

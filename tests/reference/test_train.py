@@ -1,6 +1,7 @@
 """Tests of the trainer (cedar_ref/train_core.py) on a micro config keeping every layer mode:
 a few steps reduce the loss, the gradient audit of TRAINING_NOTES §0, the bounded-replay tail
-equals the reference's CED prefill, the bf16 export loads back, the PNG writer."""
+equals the reference's CED prefill, the bf16 export loads back, the PNG writer, data-parallel
+steps over two gloo ranks equal one process averaging the two ranks' gradients."""
 
 import json
 import os
@@ -44,6 +45,26 @@ def batch(B=2, T=40, seed=0):
     for b in range(B):
         mask[b, int(lens[b]):] = 0
     return ids, mask, lens, starts
+
+
+def _dp_rank(rank, world, conf, port, out_dir):
+    """One data-parallel rank (gloo on the CPU): two stage-B steps on its own batch."""
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    m = TC.build_model(ModelConfig.from_dict(conf), 0)
+    opt = torch.optim.AdamW(TC.param_groups(m, 3e-3), lr=3e-3, betas=(0.9, 0.95))
+    tr = TC.MoETracker(m)
+    base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+    TC.apply_stage(m, "B", base)
+    dp = TC.DataParallel(rank, world, torch.device("cpu"))
+    for step in range(2):
+        out = TC.train_step(m, opt, tr, batch(seed=10 * step + rank), "B", 1e-3,
+                            rng=random.Random(rank), parallel=dp)
+        assert out is not None
+    torch.save({k: v.clone() for k, v in m.state_dict().items()}, os.path.join(out_dir, f"r{rank}.pt"))
+    dist.destroy_process_group()
 
 
 class TrainTest(unittest.TestCase):
@@ -262,6 +283,66 @@ class TrainTest(unittest.TestCase):
         ids, mask, lens, starts = TC.collate(groups[0], 2, "cpu")
         self.assertEqual(ids.shape[1] % 64, 0)
         self.assertEqual(TC.last_turn_start([0, 1, 1, 0, 0, 1, 1, 1, 0]), 5)
+
+
+
+class DataParallelTest(unittest.TestCase):
+    def test_two_ranks_equal_one_process_averaging_their_gradients(self):
+        import torch.multiprocessing as tmp
+        conf = micro_cfg()
+        with tempfile.TemporaryDirectory() as d:
+            port = 20000 + os.getpid() % 20000
+            tmp.spawn(_dp_rank, args=(2, conf, port, d), nprocs=2, join=True)
+            got = [torch.load(os.path.join(d, f"r{r}.pt")) for r in range(2)]
+        # the replicas never drift: bit-identical parameters and MoE biases
+        for k in got[0]:
+            self.assertTrue(torch.equal(got[0][k], got[1][k]), k)
+        # one process: the same two steps, each rank's gradients computed in turn and averaged
+        m = TC.build_model(ModelConfig.from_dict(conf), 0)
+        init = {k: v.clone() for k, v in m.state_dict().items()}
+        opt = torch.optim.AdamW(TC.param_groups(m, 3e-3), lr=3e-3, betas=(0.9, 0.95))
+        tr = TC.MoETracker(m)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        TC.apply_stage(m, "B", base)
+
+        class Local:  # DataParallel's contract, the two ranks simulated in one process
+            def __init__(self):
+                self.grads, self.loads = [], []
+
+            def step_ok(self, ok):
+                return ok
+
+            def average_grads(self, params):
+                self.grads.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p)
+                                   for p in params])
+
+            def sum_loads(self, tracker):
+                self.loads.append(tracker.loads.clone())
+
+        params = None
+        for step in range(2):
+            loc = Local()
+            for rank in range(2):  # gradients of each rank's batch from the same parameters
+                opt.step = lambda *a, **k: None  # gradients only (gamma 0: no bias change)
+                TC.train_step(m, opt, tr, batch(seed=10 * step + rank), "B", 0.0,
+                              rng=random.Random(rank), parallel=loc)
+                del opt.step
+            params = [p for g in opt.param_groups if g["name"] != "indexer" for p in g["params"]] + \
+                     [p for g in opt.param_groups if g["name"] == "indexer" for p in g["params"]]
+            for i, p in enumerate(params):
+                p.grad = (loc.grads[0][i] + loc.grads[1][i]) / 2
+            other = [p for g in opt.param_groups if g["name"] != "indexer" for p in g["params"]]
+            torch.nn.utils.clip_grad_norm_(other, 1.0)
+            torch.nn.utils.clip_grad_norm_(params[len(other):], 1.0)
+            opt.step()
+            tr.loads.copy_(loc.loads[0] + loc.loads[1])
+            tr.update_bias(1e-3)
+        want = m.state_dict()
+        changed = 0
+        for k, v in want.items():
+            torch.testing.assert_close(got[0][k], v, rtol=1e-5, atol=1e-6, msg=k)
+            changed += int(not torch.equal(v, init[k]))
+        self.assertGreater(changed, len(want) // 2)
 
 
 if __name__ == "__main__":

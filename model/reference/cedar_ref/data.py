@@ -24,6 +24,14 @@ What this owns
   * Held-out split: its own question templates (HELDOUT templates are never used in train),
     word pools disjoint from train's (a crc32 split of one pseudo-word generator), names from a
     disjoint list and wider number ranges. `split="heldout"` samples are never trained on.
+  * Train breadth (train split only; held-out samples are byte-for-byte what they were before
+    it, pinned by a hash in tests/reference/test_data.py): 15+ paraphrases per question
+    template key and several per answer key (T, drawn by tpl / ttpl), 16 system prompts, light
+    wrappers on user messages (_wrap_train: a lead-in, a closing word, a lower-case first
+    word, a missing final mark) and notool exchanges of 12 sub-kinds (NOTOOL_TRAIN: restate a
+    name, city, number or code, repeat a word, yes/no and comparisons about the message,
+    list positions, facts the user already gave, greetings). Every train-only random draw sits
+    on a train-only code path, so the held-out random stream is unchanged.
   * render_sample(): the V4.1 prompt text (cedar_ref.chat.encode_messages, chat mode) cut into
     segments [(text, is_assistant)]; tokenize_sample() turns it into ids + a loss mask that is
     1 exactly on assistant tokens (their content, DSML block and end-of-sentence).
@@ -383,50 +391,139 @@ class Values:
 
 
 # ---------------------------------------------------------------------------------------------
-# Templates. Each list: train templates first, then `heldout:` ones (never used in train).
+# Templates. Each entry: (train templates, held-out templates); held-out ones are never used in
+# train. The held-out split must stay exactly as it was when the train lists grew, so:
+#   * tpl() keys (calc_q ... recall_q) draw one rng.choice from the split's own list; growing a
+#     train list changes only train samples.
+#   * ttpl() keys were fixed phrasings before: held-out samples take their one held-out template
+#     (or, when the held-out list is empty, the first train template, the old shared phrasing)
+#     WITHOUT a random draw; train samples draw from the whole train list.
+# Train lists are paraphrases (word order, politeness, questions vs imperatives, terse vs chatty);
+# none copies a held-out template or a near-duplicate of one (tests/reference/test_data.py).
 # ---------------------------------------------------------------------------------------------
 
 T = {
     "calc_q": (["What is {e}?", "Compute {e}.", "Please calculate {e}.", "Can you work out {e}?",
-                "I need the result of {e}.", "{e} = ?"],
+                "I need the result of {e}.", "{e} = ?",
+                "What's {e}?", "Calculate {e}.", "Could you compute {e}, please?", "Solve {e}.",
+                "Give me the value of {e}.", "What does {e} come to?", "Work out {e}, please.",
+                "{e}?", "Tell me what {e} equals.", "Do the math: {e}.", "What do you get for {e}?",
+                "Can you tell me the answer to {e}?", "Figure out {e}.",
+                "I'd like the exact result of {e}.", "Quick sum: {e}", "what's {e}"],
                ["Evaluate {e} for me.", "How much is {e}?"]),
-    "calc_a": (["{e} = {v}.", "The result is {v}.", "It comes to {v}.", "{v}"],
+    "calc_a": (["{e} = {v}.", "The result is {v}.", "It comes to {v}.", "{v}",
+                "{e} equals {v}.", "The answer is {v}.", "{e} is {v}.", "It's {v}.", "{v}.",
+                "You get {v}.", "It works out to {v}.", "{e} comes out to {v}.",
+                "The calculator says {e} = {v}."],
                ["That gives {v}.", "Answer: {v}."]),
     "clock_q": (["What's the date today?", "What time is it?", "Which day is it today?",
-                 "Tell me the current date and time."],
+                 "Tell me the current date and time.",
+                 "What day is it?", "What's the time right now?", "Current date?",
+                 "Can you tell me the time?", "What is the date and time now?",
+                 "Give me the current date and time.", "What's the date?",
+                 "I lost track of time. What time is it?", "Date and time, please.",
+                 "What year is it?", "How late is it?", "Please tell me the time and date.",
+                 "What does the clock say?", "Is it still morning? What's the time?",
+                 "time?"],
                 ["Do you know today's date?", "Check the clock, please."]),
-    "clock_a": (["It is {v}.", "Now: {v}.", "The clock says {v}."], ["Current time: {v}."]),
+    "clock_a": (["It is {v}.", "Now: {v}.", "The clock says {v}.",
+                 "It's {v}.", "Right now it is {v}.", "According to the clock, it is {v}.",
+                 "{v}.", "The time is {v}.", "It is currently {v}.", "Today is {v}.",
+                 "The date and time are {v}."],
+                ["Current time: {v}."]),
     "read_q": (["What does {f} say?", "Show me the contents of {f}.", "Read {f}.",
-                "Open {f} and tell me what is in it."],
+                "Open {f} and tell me what is in it.",
+                "Can you read {f}?", "Display {f}.", "What's in {f}?", "Give me the contents of {f}.",
+                "Open {f}.", "Let me see what {f} contains.", "Read the file {f}, please.",
+                "What is written in {f}?", "Fetch {f} and show it.", "Could you open {f}?",
+                "Dump the contents of {f}.", "Tell me what {f} contains.",
+                "Look at {f} and show me its text.", "{f}: what's inside?", "show {f}"],
                ["Print {f} for me.", "I'd like to see {f}."]),
+    "read_a": (["{f} contains:\n{r}", "Here is {f}:\n{r}", "Contents of {f}:\n{r}",
+                "The file says:\n{r}", "{f}:\n{r}", "This is what {f} holds:\n{r}",
+                "{r}"], []),
     "field_q": (["What is the {k} in {f}?", "Look up {k} in {f}.", "Which {k} is set in {f}?",
-                 "Check {f}: what is {k}?"],
+                 "Check {f}: what is {k}?",
+                 "What's {k} set to in {f}?", "Tell me the {k} from {f}.", "Get {k} out of {f}.",
+                 "Which value does {f} give for {k}?", "{f} has a {k} setting. What is it?",
+                 "What value is {k} in {f}?", "I need the {k} that {f} defines.",
+                 "Read {f} and tell me the {k}.", "Can you check the {k} in {f}?",
+                 "What does {f} say the {k} is?", "Give me {k} from {f}, please.",
+                 "Pull the {k} out of {f}.", "Open {f}. What {k} does it use?",
+                 "{k} in {f}?"],
                 ["Find the value of {k} in the file {f}.", "In {f}, what's {k}?"]),
-    "field_a": (["The {k} in {f} is {v}.", "{k} = {v}.", "{f} sets {k} to {v}.", "It is {v}."],
+    "field_a": (["The {k} in {f} is {v}.", "{k} = {v}.", "{f} sets {k} to {v}.", "It is {v}.",
+                 "The {k} is {v}.", "{f} has {k} = {v}.", "{v}", "{k} is set to {v} in {f}.",
+                 "It's set to {v}.", "According to {f}, {k} is {v}.", "{k}: {v}.",
+                 "The value of {k} is {v}.", "{f} says {k} = {v}."],
                 ["{v} is the {k}.", "Found it: {k} is {v}."]),
     "note_save_q": (["Remember that {k} is {v}.", "Save a note: {k} = {v}.",
-                     "Please note {k}: {v}.", "Keep this in mind: {k} is {v}."],
+                     "Please note {k}: {v}.", "Keep this in mind: {k} is {v}.",
+                     "Make a note that {k} is {v}.", "Note down {k}: {v}.", "Save {k} as {v}.",
+                     "Please save {v} under {k}.", "Can you remember {k} = {v} for me?",
+                     "Put {v} in a note called {k}.", "Jot this: {k} is {v}.", "Record {k} = {v}.",
+                     "Keep a note of {k}: {v}.", "{k} is {v}, please remember that.",
+                     "Create a note {k} with {v}.",
+                     "note: {k} = {v}"],
                     ["Store {k} = {v} in your notes.", "Write down that {k} is {v}."]),
-    "note_save_a": (["Saved: {k} is {v}.", "Noted.", "Done, I saved {k}."],
+    "note_save_a": (["Saved: {k} is {v}.", "Noted.", "Done, I saved {k}.",
+                     "Okay, {k} is saved.", "Saved {k} = {v}.", "I've noted that {k} is {v}.",
+                     "Done.", "Note saved.", "All set, {k} is {v}.", "I'll remember {k}."],
                     ["Got it, {k} stored."]),
-    "note_read_q": (["What did I save as {k}?", "Read my note {k}.", "What is in the note {k}?"],
+    "note_read_q": (["What did I save as {k}?", "Read my note {k}.", "What is in the note {k}?",
+                     "What does my note {k} say?", "Open the note {k}.", "Check my {k} note.",
+                     "What's saved under {k}?", "Tell me what I noted as {k}.",
+                     "Can you read back the {k} note?", "Get my note {k}.", "Show me the note {k}.",
+                     "I saved something as {k}. What was it?", "What's in my {k} note?",
+                     "Read back {k} from my notes.", "Fetch note {k}.",
+                     "What value is stored in note {k}?", "Remind me what my {k} note says."],
                     ["Look up my note called {k}."]),
-    "list_q": (["What files are in {d}?", "List the directory {d}.", "Show me what is inside {d}."],
+    "note_read_a": (["Your note {k} says {r}.", "The note {k} says {r}.", "{k}: {r}.",
+                     "It says {r}.", "You saved {r} as {k}.", "{r}"], []),
+    "list_q": (["What files are in {d}?", "List the directory {d}.", "Show me what is inside {d}.",
+                "What's in {d}?", "List {d}.", "Show the files in {d}.",
+                "Can you list the contents of {d}?", "What does the folder {d} hold?",
+                "Give me a listing of {d}.", "Tell me what files {d} has.",
+                "What can I find in {d}?", "Directory listing of {d}, please.",
+                "Look inside {d} and list everything.", "What is stored in {d}?",
+                "Could you show me the folder {d}?", "list {d}"],
                ["Which entries does {d} contain?"]),
+    "list_a": (["It contains: {x}.", "{d} has: {x}.", "Entries: {x}.", "I found {x}.",
+                "There are {n} entries: {x}.", "In {d}: {x}."], []),
     "total_q": (["{f} lists prices. What do {n} {it} cost?",
                  "Using the prices in {f}, how much are {n} {it}?",
-                 "Read {f} and compute the cost of {n} {it}."],
+                 "Read {f} and compute the cost of {n} {it}.",
+                 "What's the price of {n} {it}? The prices are in {f}.",
+                 "I want to buy {n} {it}. Look up the price in {f} and give me the sum.",
+                 "Based on {f}, what do {n} {it} come to?", "{n} {it}: what's the cost? See {f}.",
+                 "Compute the cost of {n} {it} from {f}.",
+                 "What would I pay for {n} {it}? Prices: {f}.", "Use {f} to price {n} {it}.",
+                 "Find the {it} price in {f} and multiply by {n}.",
+                 "How expensive are {n} {it}? Look in {f}.",
+                 "Look up {it} in {f}; I need {n} of them. What do I pay?",
+                 "Price list is {f}. Cost of {n} {it}?",
+                 "If I order {n} {it} at the prices in {f}, what do I spend?"],
                 ["Check {f} for the unit price of {it}, then tell me the total for {n}.",
                  "How much would {n} {it} cost according to {f}?"]),
-    "total_a": (["{n} {it} cost {v} ({n} x {p}).", "The total is {v}.", "{n} {it} at {p} each: {v}."],
+    "total_a": (["{n} {it} cost {v} ({n} x {p}).", "The total is {v}.", "{n} {it} at {p} each: {v}.",
+                 "That comes to {v}.", "{n} x {p} = {v}.", "The cost is {v}.", "You would pay {v}.",
+                 "{it} cost {p} each, so {n} cost {v}.", "{v} for {n} {it}."],
                 ["That's {v} in total.", "Total for {n} {it}: {v}."]),
     "age_q": (["How many days until {d}? Today's date is on the clock.",
                "Read the clock and tell me the year plus {n}."],
               ["Take the current year from the clock and add {n}."]),
     "multi_q": (["What are {e1} and {e2}?", "Compute both {e1} and {e2}.",
-                 "I need two results: {e1}, and {e2}."],
+                 "I need two results: {e1}, and {e2}.",
+                 "Calculate {e1} and {e2}.", "What do {e1} and {e2} give?",
+                 "Two sums please: {e1} and {e2}.", "Please compute {e1}, then {e2}.",
+                 "{e1} and {e2}: what are the results?", "I'd like both {e1} and {e2}.",
+                 "Give me {e1} and {e2}.", "Can you do {e1} and {e2} at once?",
+                 "Solve these two: {e1}; {e2}.", "What are the values of {e1} and {e2}?",
+                 "Compute {e1}. Also compute {e2}.", "{e1}? and {e2}?"],
                 ["Work out {e1} as well as {e2}."]),
-    "multi_a": (["{e1} = {v1} and {e2} = {v2}.", "First: {v1}. Second: {v2}."],
+    "multi_a": (["{e1} = {v1} and {e2} = {v2}.", "First: {v1}. Second: {v2}.",
+                 "{e1} is {v1}, and {e2} is {v2}.", "The first is {v1}, the second {v2}.",
+                 "{e1} = {v1}; {e2} = {v2}.", "You get {v1} for the first and {v2} for the second."],
                 ["Results: {v1} and {v2}."]),
     "notool_q": (["My name is {n}. What's my name?", "Please repeat this code exactly: {c}.",
                   "Hi! I'm {n} from {ci}. Where am I from?", "Say the word {w} twice."],
@@ -441,7 +538,385 @@ T = {
                   "Quick question about the beginning: the {k} from {f}?",
                   "At the start, what did {e} come out as?",
                   "Which code did I give you first?"]),
+    # --- ttpl() keys: the old fixed phrasing first (held-out keeps it or its own one) ---------
+    "write_q": (["Write '{b}' to {p}.", "Save the text '{b}' into {p}.", "Put '{b}' in {p}.",
+                 "Please write '{b}' into the file {p}.", "Store '{b}' as the text of {p}.",
+                 "Can you write '{b}' to {p}?", "I need {p} to say '{b}'.",
+                 "Overwrite {p} with '{b}'.", "{p} should hold the text '{b}'. Write it.",
+                 "Make {p} read '{b}'.", "Write the words '{b}' to {p}, please.",
+                 "Save '{b}' to {p}.", "Put the line '{b}' into {p}.",
+                 "Fill {p} with '{b}'.", "write '{b}' to {p}"],
+                ["Create {p} containing: {b}"]),
+    "write_a": (["Done: {r}.", "{r}.", "Written: {r}.", "Done, {p} now says '{b}'. {r}."], []),
+    "search_q": (["Find all .{x} files under {root}.", "List every .{x} file in {root}.",
+                  "Search {root} for .{x} files.", "Where are the .{x} files under {root}?",
+                  "Show me all *.{x} files in {root}.", "Look for .{x} files anywhere in {root}.",
+                  "I need the paths of the .{x} files in {root}.",
+                  "Can you find the .{x} files below {root}?",
+                  "Get me every file ending in .{x} under {root}.",
+                  "Which paths under {root} end with .{x}?", "Search for *.{x} in {root}.",
+                  "Locate the .{x} files under {root}.", "Find .{x} files in {root}, please.",
+                  "Any .{x} files under {root}? List them.", "find *.{x} under {root}"],
+                 ["Which .{x} files exist in {root}?"]),
+    "search_a": (["Found:\n{r}", "Matches:\n{r}", "These match:\n{r}", "I found:\n{r}", "{r}"], []),
+    "fieldcalc_q": (["What is the {k} in {f} {word} {m}?",
+                     "Read {f}, take its {k} and give me that {word} {m}.",
+                     "What do I get if I take the {k} from {f} {word} {m}?",
+                     "Look up {k} in {f}; what is it {word} {m}?",
+                     "{f} has a {k}. What's that {word} {m}?",
+                     "Compute the {k} of {f} {word} {m}.", "I need the {k} from {f} {word} {m}.",
+                     "Check {f}: {k} {word} {m} is what?", "Find {k} in {f}, then give me it {word} {m}.",
+                     "What's {k} ({f}) {word} {m}?", "Take {k} from {f}. What is it {word} {m}?",
+                     "Please work out the {k} in {f} {word} {m}.",
+                     "Using {f}, what is {k} {word} {m}?", "{k} from {f}, {word} {m}: result?",
+                     "Tell me the {k} in {f} {word} {m}."],
+                    []),
+    "fieldcalc_a": (["The {k} is {x}, so {x} {op} {m} = {v}.", "{x} {op} {m} = {v}.",
+                     "{k} is {x}; {word} {m} gives {v}.", "It's {v} ({x} {op} {m}).",
+                     "The {k} in {f} is {x}, and {x} {op} {m} = {v}.", "{v}."], []),
+    "notecalc_q": (["Take the number in my note {k} and multiply it by {m}.",
+                    "Multiply the number in note {k} by {m}.", "What is my note {k} times {m}?",
+                    "Read my note {k} and multiply it by {m}.",
+                    "My note {k} holds a number. What's it times {m}?",
+                    "Get note {k}, then multiply by {m}.", "Note {k} times {m}, please.",
+                    "Can you multiply the value in my {k} note by {m}?",
+                    "Look up note {k}; I need it multiplied by {m}.",
+                    "What do I get when I multiply note {k} by {m}?",
+                    "Check my note {k} and give me {m} times that.",
+                    "{m} times the number saved as {k}: what is it?",
+                    "I saved a number as {k}. Multiply it by {m}.",
+                    "Compute {m} times my note {k}.", "Please take note {k} and times it by {m}."],
+                   []),
+    "notecalc_a": (["{x} * {m} = {v}.", "Your note {k} is {x}; times {m} that is {v}.",
+                    "{x} times {m} is {v}.", "It's {v}.", "{k} = {x}, so the result is {v}."], []),
+    "clockcalc_q": (["Read the clock and tell me what year it will be in {n} years.",
+                     "What year will it be {n} years from now?", "In {n} years, what year will it be?",
+                     "Check the date: which year is {n} years ahead?",
+                     "Which year is it going to be in {n} years?",
+                     "Look at the clock. What year comes {n} years after this one?",
+                     "If I wait {n} years, what year is it then?",
+                     "Tell me the year {n} years from today.",
+                     "What's this year plus {n}? Use the clock.", "{n} years from now is which year?",
+                     "Can you work out the year {n} years from now?",
+                     "Which year will it be after {n} more years?",
+                     "Get today's date and tell me the year {n} years later.",
+                     "I retire in {n} years. What year is that?",
+                     "What year is {n} years away?"],
+                    []),
+    "clockcalc_a": (["In {n} years it will be {v}.", "It will be {v}.", "{v}.",
+                     "That would be {v}.", "{n} years from now it is {v}.", "The year {v}."], []),
+    "read2_q": (["Tell me the {k1} in {f1} and the {k2} in {f2}.",
+                 "What are the {k1} in {f1} and the {k2} in {f2}?",
+                 "I need {k1} from {f1} and {k2} from {f2}.",
+                 "Look up {k1} in {f1} and {k2} in {f2}.",
+                 "Check {f1} for {k1} and {f2} for {k2}.",
+                 "Get the {k1} of {f1}, and the {k2} of {f2}.",
+                 "Read {f1} and {f2}: what are {k1} and {k2}?",
+                 "{f1} has a {k1} and {f2} has a {k2}. What are they?",
+                 "Give me {k1} ({f1}) and {k2} ({f2}).",
+                 "Can you find the {k1} in {f1} and the {k2} in {f2}?",
+                 "Two lookups: {k1} in {f1}, {k2} in {f2}.",
+                 "Please tell me both the {k1} from {f1} and the {k2} from {f2}.",
+                 "What's {k1} in {f1}? And {k2} in {f2}?",
+                 "Open {f1} and {f2} and report {k1} and {k2}.",
+                 "{k1} in {f1} and {k2} in {f2}?"],
+                []),
+    "read2_a": (["{f1}: {k1} = {v1}. {f2}: {k2} = {v2}.",
+                 "The {k1} in {f1} is {v1} and the {k2} in {f2} is {v2}.",
+                 "{k1} = {v1} ({f1}); {k2} = {v2} ({f2}).", "{k1} is {v1}, {k2} is {v2}.",
+                 "{f1} sets {k1} to {v1}; {f2} sets {k2} to {v2}."], []),
+    "mixed_q": (["What's the date, and what is {e}?", "Tell me the date and compute {e}.",
+                 "What day is it? Also, what is {e}?", "Two things: the current time, and {e}.",
+                 "Give me today's date and the value of {e}.",
+                 "Read the clock and calculate {e}.", "I need the time and the result of {e}.",
+                 "What time is it, and what does {e} come to?",
+                 "Date please, and {e} too.", "Can you get the date and work out {e}?",
+                 "Calculate {e} and tell me what day it is.",
+                 "What's {e}? And what's the date today?", "The time, and {e}, please.",
+                 "Look at the clock and solve {e}.", "date and {e}?"],
+                []),
+    "mixed_a": (["It is {now}, and {e} = {v}.", "The date is {now}; {e} = {v}.",
+                 "Now: {now}. {e} = {v}.", "It's {now}, and {e} is {v}.",
+                 "{now}, and {v}."], []),
+    "errpath_hint_q": (["What is the {k} in {b}? It is somewhere in {d}.",
+                        "Find the {k} in {b}; the file is under {d}.",
+                        "{b} is somewhere in {d}. What is its {k}?",
+                        "What's {k} in {b}? Look in {d}.", "I put {b} in {d}. What {k} does it set?",
+                        "Check the {k} in {b}, which is in {d} somewhere.",
+                        "Somewhere in {d} there is {b}. Tell me its {k}.",
+                        "What {k} does {b} have? It should be in {d}.",
+                        "Get me the {k} from {b} (it lives in {d}).",
+                        "Read {b} from {d} and tell me the {k}.",
+                        "{k} in {b}? The file is in {d}.",
+                        "Can you find {b} in {d} and read its {k}?",
+                        "Look for {b} under {d}; I need the {k}.",
+                        "The {k} from {b}, please. It's in {d}.",
+                        "Which {k} is in {b}? Try {d}."],
+                       []),
+    "errpath_q": (["What is the {k} in {b}?", "What's the {k} in {b}?", "Read the {k} from {b}.",
+                   "Tell me the {k} set in {b}.", "Which {k} does {b} use?",
+                   "Look up {k} in {b}.", "Open {b} and give me the {k}.", "{k} in {b}?",
+                   "Can you check {b} for the {k}?", "What does {b} set {k} to?",
+                   "I need the {k} from {b}.", "Get {k} out of {b}, please.",
+                   "What value has {k} in {b}?", "Check the {k} of {b}.",
+                   "Please find the {k} in {b}."],
+                  []),
+    "errcalc_q": (["Calculate {a} {bad} {b}.", "What is {a} {bad} {b}?", "Compute {a} {bad} {b}, please.",
+                   "{a} {bad} {b} = ?", "Work out {a} {bad} {b}.", "What's {a} {bad} {b}?",
+                   "Can you calculate {a} {bad} {b}?", "I need {a} {bad} {b}.",
+                   "Solve {a} {bad} {b}.", "Tell me {a} {bad} {b}.", "{a} {bad} {b}?",
+                   "Give me the result of {a} {bad} {b}.", "Please work out {a} {bad} {b}.",
+                   "Figure out {a} {bad} {b} for me.", "what is {a} {bad} {b}"],
+                  []),
+    "errcalc_a": (["{e} = {v}.", "The result is {v} ({e}).", "{e} is {v}.", "It comes to {v}.",
+                   "With the operator fixed: {e} = {v}."], []),
+    "errnote_q": (["Read my note {k}. If it does not exist, try {real}.",
+                   "Open note {k}; if there is none, use {real}.",
+                   "What does my note {k} say? It might be saved as {real}.",
+                   "Check note {k}, or {real} if {k} is missing.",
+                   "Read {k} from my notes (maybe it's called {real}).",
+                   "I saved a note as {k} or {real}. What does it say?",
+                   "Get my note {k}. Fall back to {real} if needed.",
+                   "Note {k}, please. If that fails, try {real}.",
+                   "What's in my note {k}? It could also be {real}.",
+                   "Look up the note {k}, else {real}.",
+                   "Can you read note {k}? Otherwise read {real}.",
+                   "Show my note {k}; if it's not there, {real}.",
+                   "Try note {k} first, then {real}.",
+                   "Read back {k} from my notes, or {real} if {k} doesn't exist.",
+                   "my note {k} or maybe {real}: what does it say?"],
+                  []),
+    "errnote_a": (["The note {k} does not exist; {real} says {r}.",
+                   "There is no note {k}, but {real} says {r}.",
+                   "{k} was missing. {real}: {r}.", "Note {real} says {r} ({k} does not exist).",
+                   "{real} says {r}."], []),
+    # recall questions of the train split, by kind (the held-out ones are in recall_q[1] and
+    # recall_note_q[1])
+    "recall_file_q": (["Earlier you read {f}. What was the {k} in it?",
+                       "Going back to the start: what was the {k} in {f}?",
+                       "Remind me, what was {k} in {f}?",
+                       "What was {k} in {f} again?", "Back to {f}: what did it set {k} to?",
+                       "I forgot the {k} from {f}. What was it?", "Which {k} did {f} have?",
+                       "Can you remind me of the {k} in {f}?",
+                       "From the file {f} you read earlier, what's the {k}?",
+                       "What {k} did {f} list?", "What was the value of {k} in {f}?",
+                       "Tell me the {k} from {f} you opened at the start.",
+                       "Without reading it again, what was {k} in {f}?",
+                       "Remember {f}? What was its {k}?", "{k} in {f}, what was it again?"],
+                      []),
+    "recall_calc_q": (["What was the result of the first calculation, {e}?",
+                       "Remind me of the result of {e}.", "What was {e} again?",
+                       "Earlier you computed {e}. What was the answer?",
+                       "What result did you get for {e}?",
+                       "What did the calculator return for {e} before?",
+                       "The first calculation, {e}: what was its result?",
+                       "Don't recompute it: what was {e}?", "I forgot what {e} was. Remind me?",
+                       "What was the value of {e} from earlier?",
+                       "You worked out {e} at the start. What was it?",
+                       "Back at the beginning, {e} was what?",
+                       "Tell me again the result for {e}.", "{e} earlier: what was the result?",
+                       "What answer did {e} have?"],
+                      []),
+    "recall_code_q": (["What was my {cn} that I told you at the beginning?",
+                       "What's my {cn}?", "Remind me of my {cn}.",
+                       "Tell me my {cn} again.", "I forgot my {cn}. What was it?",
+                       "What {cn} did I mention earlier?",
+                       "Can you tell me the {cn} I gave you?",
+                       "My {cn}, what was it?", "Do you still have my {cn}?",
+                       "Please repeat my {cn}.", "What was that {cn} of mine?",
+                       "I need my {cn} now.", "Which {cn} was mine?",
+                       "Remember my {cn}? Say it.", "{cn}?"],
+                      []),
+    "recall_note_q": (["What value did I ask you to remember for {k}?",
+                       "What was {k} again?", "Remind me what {k} was.",
+                       "What did I save under {k} at the start?",
+                       "What's the value of {k} I gave you earlier?",
+                       "Earlier I gave you {k}. What was its value?",
+                       "I forgot {k}. What was it?", "Which number did I give for {k}?",
+                       "Can you remind me of {k}?", "What did I want you to keep for {k}?",
+                       "Back to the note {k}: what was its value?",
+                       "What was the number I asked you to save as {k}?",
+                       "{k}, what was it again?", "Tell me {k} again, please.",
+                       "What did we save for {k}?"],
+                      ["Which value did I tell you to store for {k}?"]),
+    "code_save_q": (["My {cn} is {c}. Please remember it.", "Remember my {cn}: {c}.",
+                     "Please memorize this {cn}: {c}.",
+                     "My {cn} is {c}, don't forget it.",
+                     "Here is my {cn}, {c}. Remember it.", "{cn} {c}, remember that",
+                     "I'll need my {cn} later. It's {c}.",
+                     "Can you remember my {cn}? It is {c}.",
+                     "The {cn} is {c}. Keep it in mind.",
+                     "Hold on to my {cn}: {c}.", "Remember this: {cn} {c}.",
+                     "My {cn} is {c}. Please remember.",
+                     "Don't forget my {cn}, {c}.", "This is my {cn}: {c}. Memorize it.",
+                     "Just so you know, my {cn} is {c}."],
+                    ["Keep this for later: my code is {c}."]),
 }
+
+# answers of the recall questions and the code-remember turn (held-out: the first, fixed one)
+T.update({
+    "recall_file_a": (["The {k} in {f} was {v}.", "{k} was {v}.", "It was {v}.",
+                       "{f} set {k} to {v}.", "The {k} was {v}.", "{v}"], []),
+    "recall_calc_a": (["{e} was {v}.", "It was {v}.", "The result was {v}.", "{e} = {v}.",
+                       "{v}"], []),
+    "recall_code_a": (["Your code is {c}.", "Your {cn} is {c}.", "It's {c}.", "{c}",
+                       "You told me {c}."], []),
+    "recall_note_a": (["You asked me to remember {v} for {k}.", "{k} was {v}.", "It was {v}.",
+                       "You gave me {v} for {k}.", "{v}"], []),
+    "code_save_a": (["Got it.", "Okay, I'll remember it.", "Understood.", "Sure, remembered.",
+                     "Noted, your {cn} is {c}.", "I will keep it in mind."], []),
+})
+
+_CODE_NOUNS = ["locker code", "locker code", "door code", "access code", "gate code",
+               "wifi code", "parking code", "code"]  # what the recall code is (train)
+_RECALL_OPEN_Q = ["Hi.", "Let's get started.", "Hello, I have a few tasks.",  # the first 3: both
+                  "Good morning! A few things today.", "Hey, can you help me with some stuff?",
+                  "I have some questions.", "Let's begin.", "hi", "Ready? Let's go.",
+                  "Hello there. I need some help with my files."]
+_RECALL_OPEN_A = ["Hello! What can I do for you?", "Sure, go ahead.",  # the first 2: both
+                  "Of course. What do you need?", "Hi! Ready when you are.", "Sure, I'm listening.",
+                  "Hello! How can I help?"]
+_FILLER_READ_A = ["Here it is:\n{r}", "{f} has {n} lines.", "{f} says:\n{r}", "Contents:\n{r}",
+                  "{f} is {n} lines long.", "{r}", "I read {f}; it has {n} lines."]
+
+# Train notool exchanges: (question, answer, field holding the expected value) by sub-kind.
+# Every one is answerable from the message alone; the sample still offers tools. Fields come
+# from _notool_fields(). None repeats the held-out notool_q phrasings (echo back / live in).
+NOTOOL_TRAIN = {
+    "name": [("My name is {n}. What's my name?", "Your name is {n}.", "n"),
+             ("I'm {n}. What is my name?", "Your name is {n}.", "n"),
+             ("Call me {n}. What should you call me?", "I should call you {n}.", "n"),
+             ("{n} here. Who am I?", "You are {n}.", "n"),
+             ("Hello, this is {n}. Can you tell me my name?", "Your name is {n}.", "n"),
+             ("People call me {n}. What do people call me?", "People call you {n}.", "n"),
+             ("Hi, {n} speaking. What's my name?", "You're {n}.", "n"),
+             ("My first name is {n}. Repeat my first name.", "{n}", "n"),
+             ("The name's {n}. Say my name.", "{n}.", "n"),
+             ("I am called {n}. What am I called?", "You are called {n}.", "n"),
+             ("Nice to meet you, I'm {n}. Do you remember my name?", "Yes, your name is {n}.", "n"),
+             ("You're talking to {n}. Who are you talking to?", "I'm talking to {n}.", "n"),
+             ("my name is {n}, what is it?", "It's {n}.", "n"),
+             ("My friend is {n2} and I am {n}. What is my name?", "Your name is {n}.", "n"),
+             ("My colleague {n2} says hi. I'm {n}. What's my colleague's name?",
+              "Your colleague is {n2}.", "n2")],
+    "code": [("Please repeat this code exactly: {c}.", "{c}", "c"),
+             ("Repeat after me: {c}", "{c}", "c"),
+             ("Copy this code back to me: {c}", "{c}", "c"),
+             ("Say {c} back to me.", "{c}", "c"),
+             ("Can you type {c} exactly as written?", "{c}", "c"),
+             ("Return this string unchanged: {c}", "{c}", "c"),
+             ("Write back exactly {c}.", "{c}", "c"),
+             ("Reply with just this code: {c}", "{c}", "c"),
+             ("Here is a code: {c}. Repeat it.", "{c}", "c"),
+             ("{c} - please say that back.", "{c}", "c"),
+             ("Parrot this: {c}", "{c}", "c"),
+             ("Give me back the code {c} without changes.", "{c}", "c"),
+             ("Just reply {c}.", "{c}", "c"),
+             ("Read this back to me: {c}", "Here it is: {c}", "c"),
+             ("My ticket number is {c}. What's my ticket number?", "Your ticket number is {c}.", "c"),
+             ("The booking reference is {c}. Tell me the booking reference.",
+              "The booking reference is {c}.", "c"),
+             ("Confirm the code I'm sending you: {c}", "The code is {c}.", "c"),
+             ("What code did I just write? {c}", "You wrote {c}.", "c")],
+    "word": [("Repeat the word {w}.", "{w}", "w"), ("Say {w}.", "{w}", "w"),
+             ("Type {w} back to me.", "{w}", "w"), ("Put {w} in quotes.", "\"{w}\"", "w"),
+             ("The password hint is {w}. What's the hint?", "The hint is {w}.", "w"),
+             ("My cat is called {w}. What is my cat called?", "Your cat is called {w}.", "w"),
+             ("Our project is named {w}. Which name does our project have?",
+              "It is named {w}.", "w"),
+             ("Say {w}, nothing else.", "{w}", "w")],
+    "twice": [("Say the word {w} twice.", "{w} {w}", "ww"), ("Write {w} two times.", "{w} {w}", "ww"),
+              ("Repeat {w} twice, separated by a space.", "{w} {w}", "ww"),
+              ("Give me {w} two times in a row.", "{w} {w}", "ww"),
+              ("Double this word: {w}.", "{w} {w}", "ww"), ("{w} twice, please.", "{w} {w}", "ww")],
+    "city": [("Hi! I'm {n} from {ci}. Where am I from?", "You are from {ci}.", "ci"),
+             ("I'm from {ci}. Where do I come from?", "You come from {ci}.", "ci"),
+             ("My hometown is {ci}. What is my hometown?", "Your hometown is {ci}.", "ci"),
+             ("I was born in {ci}. Where was I born?", "You were born in {ci}.", "ci"),
+             ("I'm based in {ci}. Where am I based?", "You are based in {ci}.", "ci"),
+             ("I just arrived in {ci}. Where did I arrive?", "You arrived in {ci}.", "ci"),
+             ("I work in {ci}. Where do I work?", "You work in {ci}.", "ci"),
+             ("We're meeting in {ci}. Where is the meeting?", "The meeting is in {ci}.", "ci"),
+             ("I'm flying to {ci} tomorrow. Where am I flying to?", "You are flying to {ci}.", "ci"),
+             ("My office is in {ci}. Where's my office?", "Your office is in {ci}.", "ci"),
+             ("I grew up in {ci}. Where did I grow up?", "You grew up in {ci}.", "ci"),
+             ("{ci} is my home. Name my home town.", "Your home town is {ci}.", "ci"),
+             ("I'm visiting {ci} this week. What place am I visiting?", "You are visiting {ci}.", "ci"),
+             ("I spent last summer in {ci}. Where did I spend the summer?",
+              "You spent it in {ci}.", "ci"),
+             ("My sister moved to {ci}. Where did my sister move?", "She moved to {ci}.", "ci"),
+             ("Our team sits in {ci} and {ci2}. Which one did I name first?",
+              "You named {ci} first.", "ci")],
+    "number": [("My favourite number is {x}. What is my favourite number?",
+                "Your favourite number is {x}.", "x"),
+               ("My room number is {x}. What's my room number?", "Your room number is {x}.", "x"),
+               ("The meeting is in room {x}. Which room is it in?", "Room {x}.", "x"),
+               ("My PIN is {x}. Tell me my PIN.", "Your PIN is {x}.", "x"),
+               ("I ran {x} meters today. How far did I run?", "You ran {x} meters.", "x"),
+               ("Order {x} is mine. What's my order number?", "Your order number is {x}.", "x"),
+               ("I scored {x} points. What was my score?", "Your score was {x}.", "x"),
+               ("There are {x} people in the queue. How many people are waiting?",
+                "{x} people are waiting.", "x"),
+               ("I have {x} {it}. How many {it} do I have?", "You have {x} {it}.", "x"),
+               ("The invoice total is {x}. What is the invoice total?",
+                "The invoice total is {x}.", "x"),
+               ("I'm {y} years old. How old am I?", "You are {y} years old.", "y"),
+               ("I was born in {yr}. Which year was I born in?", "You were born in {yr}.", "yr")],
+    "yesno": [("Is {x} bigger than {x2}?", "{yn_big}, {x} is {cmp} than {x2}.", "yn_big"),
+              ("Is {x} larger than {x2}? Just yes or no.", "{yn_big}.", "yn_big"),
+              ("My name is {n}. Is my name {nq}?", "{yn_name}, your name is {n}.", "yn_name"),
+              ("I'm from {ci}. Am I from {ciq}?", "{yn_city}, you are from {ci}.", "yn_city"),
+              ("Is {c} the same as {cq}?", "{yn_code}, {same}.", "yn_code"),
+              ("Is {x} an even number?", "{yn_even}, {x} is {parity}.", "yn_even"),
+              ("Is {x} an odd number?", "{yn_odd}, {x} is {parity}.", "yn_odd"),
+              ("I have {x} {it} and you have {x2}. Do I have more?",
+               "{yn_big}, {x} is {cmp} than {x2}.", "yn_big")],
+    "compare": [("Which is longer, {w} or {w2}?", "{wlong} is longer.", "wlong"),
+                ("Which word is shorter: {w} or {w2}?", "{wshort} is shorter.", "wshort"),
+                ("Which number is larger, {x} or {x2}?", "{xmax} is larger.", "xmax"),
+                ("Which is smaller: {x} or {x2}?", "{xmin} is smaller.", "xmin"),
+                ("Which comes first alphabetically, {w} or {w2}?", "{walpha} comes first.", "walpha"),
+                ("Between {x} and {x2}, which is the bigger number?", "{xmax}.", "xmax"),
+                ("Of {w} and {w2}, which has more letters?", "{wlong} has more letters.", "wlong")],
+    "list": [("Here are three words: {w}, {w2}, {w3}. Which one is second?",
+              "The second one is {w2}.", "w2"),
+             ("From {w}, {w2}, {w3}, which is last?", "{w3} is last.", "w3"),
+             ("I listed {n}, {n2} and {n3}. Who did I mention first?", "You mentioned {n} first.", "n"),
+             ("What is the first item in this list: {it}, {it2}, {it3}?", "The first item is {it}.", "it"),
+             ("How many items are in this list: {lst}?", "There are {cnt} items.", "cnt"),
+             ("Count the words: {lst}.", "{cnt} words.", "cnt"),
+             ("{n}, {n2} and {n3} are coming. Who is the third person?", "{n3} is the third.", "n3")],
+    "join": [("Join {w} and {w2} into one word.", "{wjoin}", "wjoin"),
+             ("Write {n} in lower case.", "{nlow}", "nlow"),
+             ("Combine {w} and {w2} with a dash between them.", "{wdash}", "wdash"),
+             ("What do you get if you put {w2} after {w}?", "{wjoin}", "wjoin")],
+    "given": [("I already know that {e} = {ev}. What did I say {e} equals?", "You said {e} = {ev}.", "ev"),
+              ("My calculator says {e} is {ev}. What did my calculator say?", "It said {ev}.", "ev"),
+              ("The answer to {e} is {ev}, as we know. Repeat that answer.", "{ev}", "ev"),
+              ("The file {f} says {k} = {x}. Going by what I just told you, what is {k}?",
+               "{k} is {x}.", "x"),
+              ("It's {d} today. What's today's date?", "Today is {d}.", "d"),
+              ("Today is {d}. What date did I say it is?", "You said it is {d}.", "d"),
+              ("My note {kw} says {x}, I just checked. What does my note {kw} say?",
+               "Your note {kw} says {x}.", "x"),
+              ("I saved the report as {f}. What's the file called?", "It is called {f}.", "f"),
+              ("{it} cost {p} each. What is the price of one of the {it}?", "{p}.", "p"),
+              ("I wrote '{w} {w2}' into {f}. Which file did I write to?", "You wrote to {f}.", "f")],
+    "greet": [("Hello!", "Hello! How can I help you?", "hello"),
+              ("Hi there.", "Hello! What can I do for you?", "hello"),
+              ("Good morning!", "Good morning! How can I help?", "morning"),
+              ("Hey, how are you?", "I'm fine, thanks. How can I help?", "help"),
+              ("Thanks, that's all for now.", "You're welcome!", "welcome"),
+              ("Thank you!", "You're welcome.", "welcome"),
+              ("Good evening.", "Good evening! What do you need?", "evening"),
+              ("Bye!", "Goodbye!", "bye"),
+              ("Hi, are you there?", "Yes, I'm here. How can I help?", "help"),
+              ("Who are you?", "I'm an assistant that can use tools.", "assistant")],
+}
+NOTOOL_WEIGHTS = {"name": 2, "code": 3, "word": 1, "twice": 1, "city": 3, "number": 2,
+                  "yesno": 2, "compare": 2, "list": 2, "join": 1, "given": 3, "greet": 1}
+_NOTOOL_KINDS = list(NOTOOL_WEIGHTS)
+_NOTOOL_W = [NOTOOL_WEIGHTS[k] for k in _NOTOOL_KINDS]
 
 
 def tpl(rng, split, key):
@@ -449,12 +924,78 @@ def tpl(rng, split, key):
     return rng.choice(ho if split == "heldout" else tr)
 
 
+def ttpl(rng, split, key):
+    """Train: a random template of key. Held-out: its fixed phrasing (the held-out template, or
+    the first train template when there is none), drawn WITHOUT using rng."""
+    tr, ho = T[key]
+    if split == "train":
+        return rng.choice(tr)
+    return ho[0] if ho else tr[0]
+
+
 SYSTEMS = (["You are cedar, a helpful assistant. Use the tools when they help.",
             "You are a careful assistant with tools. Answer briefly.",
             "You are cedar. Call tools to read files, compute and check facts; otherwise answer directly.",
-            ""],
+            "",
+            "You are cedar, an assistant that can call tools. Use them only when needed.",
+            "You are a helpful assistant. Tools are available for files, notes, the clock and "
+            "arithmetic.",
+            "Be concise. Use a tool only when the answer is not already in the conversation.",
+            "You are cedar. Answer from the conversation when you can; call a tool for anything "
+            "you must look up or compute.",
+            "You help users with files, notes and calculations.",
+            "You are a friendly assistant. Be brief and exact.",
+            "cedar assistant. Copy values exactly as they appear in tool results.",
+            "You are a precise assistant. When a tool returns a value, report it exactly.",
+            "Reply in one or two sentences. If the user already gave you the information, do not "
+            "call a tool.",
+            "You are an AI assistant with access to a workspace.",
+            "You are cedar, a local assistant. Think before calling a tool.",
+            "Helpful, short, correct."],
            ["You are an agent running on cedar. Prefer tools for facts and arithmetic.",
             "Assistant with tool access. Keep answers short."])
+
+# Light wrappers on train user messages (Session.user): a greeting or lead-in, a closing word,
+# a lower-case first word, a missing final punctuation mark. Train only.
+_WRAP_PREFIX = ["Hey,", "Hi,", "Hello!", "Hi!", "Quick one:", "Quick question:", "Question:",
+                "Okay,", "OK so", "So,", "Hey there!", "Good morning.", "One more thing:", "Next:",
+                "Also,", "Hmm,", "Right,", "Alright,", "Sorry to bother you, but", "Hi again."]
+_WRAP_SUFFIX = ["Thanks!", "Thank you.", "Thanks.", "Cheers!", "Please.", "thx", "ty",
+                "Appreciate it!", ":)", "Much appreciated.", "Thanks in advance.", "Please and thanks."]
+_WRAP_CONTINUE = {"OK so", "Sorry to bother you, but"}  # lead-ins that continue the sentence
+
+
+def _starter_words() -> frozenset:
+    """Capitalised first words of the train questions: the words _wrap_train may lower-case
+    (a message that starts with a value, e.g. a name, is left alone)."""
+    qs = [t for key, (tr, _) in T.items() if key.endswith("_q") for t in tr]
+    qs += [q for pairs in NOTOOL_TRAIN.values() for q, _, _ in pairs] + _RECALL_OPEN_Q
+    return frozenset(m.group(0) for m in (re.match(r"[A-Z][A-Za-z']*", q) for q in qs) if m)
+
+
+_STARTERS = _starter_words()
+
+
+def _wrap_train(r: random.Random, text: str) -> str:
+    """Train user messages only: 45% get a light wrapper (a lower-case first word, no final
+    punctuation, a lead-in such as "Hey," or "Quick one:", a closing "Thanks!"); the rest and
+    empty texts stay as they are."""
+    if not text or r.random() < 0.55:
+        return text
+    first = re.match(r"[A-Za-z']+", text)
+    starter = first is not None and first.group(0) in _STARTERS
+    if starter and r.random() < 0.3:
+        text = text[0].lower() + text[1:]
+    if r.random() < 0.3 and text[-1] in ".?!":
+        text = text[:-1]
+    if r.random() < 0.5:
+        p = r.choice(_WRAP_PREFIX)
+        if starter and (p[-1] == "," or p in _WRAP_CONTINUE):
+            text = text[0].lower() + text[1:]
+        text = p + " " + text
+    if r.random() < 0.35:
+        text = text + " " + r.choice(_WRAP_SUFFIX)
+    return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,6 +1014,8 @@ class Session:
 
     def user(self, text):
         import copy
+        if self.split == "train":
+            text = _wrap_train(self.r, text)
         self.messages.append({"role": "user", "content": text})
         self.world_at_last_user = copy.deepcopy(self.world)
 
@@ -595,18 +1138,17 @@ def fam_single(s: Session, v: Values):
     if kind == "write":
         rel = v.filename("txt")
         body = " ".join(v.word() for _ in range(r.randint(2, 6)))
-        s.user(f"Write '{body}' to {s.show_path(rel)}." if s.split == "train"
-               else f"Create {s.show_path(rel)} containing: {body}")
-        res = s.call([(MCP_PREFIX + "write_file", {"path": s.show_path(rel), "content": body})])[0]
-        s.answer(f"Done: {res}.")
-        return s.show_path(rel)
+        p = s.show_path(rel)
+        s.user(ttpl(r, s.split, "write_q").format(b=body, p=p))
+        res = s.call([(MCP_PREFIX + "write_file", {"path": p, "content": body})])[0]
+        s.answer(ttpl(r, s.split, "write_a").format(r=res, p=p, b=body))
+        return p
     if kind == "search":
         paths = _populate_fs(v, s.world, r.randint(3, 8))
         ext = r.choice(sorted({p.rsplit(".", 1)[1] for p in paths}))
-        s.user(f"Find all .{ext} files under {MCP_ROOT}." if s.split == "train"
-               else f"Which .{ext} files exist in {MCP_ROOT}?")
+        s.user(ttpl(r, s.split, "search_q").format(x=ext, root=MCP_ROOT))
         res = s.call([(MCP_PREFIX + "search_files", {"path": MCP_ROOT, "pattern": f"**/*.{ext}"})])[0]
-        s.answer("Found:\n" + res)
+        s.answer(ttpl(r, s.split, "search_a").format(r=res))
         return res.split("\n")[0]
     if kind == "calc":
         e, val = _expr(v, hard=r.random() < 0.4)
@@ -626,7 +1168,7 @@ def fam_single(s: Session, v: Values):
         if kind == "read":
             s.user(tpl(r, s.split, "read_q").format(f=s.show_path(rel)))
             res = s.call([s.read_call(rel)])[0]
-            s.answer(f"{s.show_path(rel)} contains:\n{res}")
+            s.answer(ttpl(r, s.split, "read_a").format(f=s.show_path(rel), r=res))
             return text.split("\n")[0]
         k = r.choice(list(kv))
         s.user(tpl(r, s.split, "field_q").format(k=k, f=s.show_path(rel)))
@@ -636,17 +1178,18 @@ def fam_single(s: Session, v: Values):
     if kind == "list":
         paths = _populate_fs(v, s.world, r.randint(2, 6))
         d = r.choice(sorted({p.rsplit("/", 1)[0] if "/" in p else "" for p in paths}))
-        s.user(tpl(r, s.split, "list_q").format(d=s.show_path(d) if d else (MCP_ROOT if s.mcp else "the workspace root")))
+        shown = s.show_path(d) if d else (MCP_ROOT if s.mcp else "the workspace root")
+        s.user(tpl(r, s.split, "list_q").format(d=shown))
         res = s.call([s.list_call(d)])[0]
         names = [ln.split(" ", 1)[-1] if s.mcp else ln for ln in res.split("\n")]
-        s.answer("It contains: " + ", ".join(names) + ".")
+        s.answer(ttpl(r, s.split, "list_a").format(x=", ".join(names), d=shown, n=len(names)))
         return names[0]
     # note: save then (same turn family) read back in a second user turn
     k, val = v.word(), str(v.num())
     s.world["notes"][k] = val
     s.user(tpl(r, s.split, "note_read_q").format(k=k))
     res = s.call([("notes_read", {"key": k})])[0]
-    s.answer(f"Your note {k} says {res}.")
+    s.answer(ttpl(r, s.split, "note_read_a").format(k=k, r=res))
     return val
 
 
@@ -678,28 +1221,29 @@ def fam_chain(s: Session, v: Values):
         m = v.num(2, 50)
         op = r.choice(["*", "+"])
         word = "times" if op == "*" else "plus"
-        s.user(f"What is the {k} in {s.show_path(rel)} {word} {m}?")
+        f = s.show_path(rel)
+        s.user(ttpl(r, s.split, "fieldcalc_q").format(k=k, f=f, word=word, m=m))
         s.call([s.read_call(rel)])
         res = s.call([("calculator", {"expression": f"{kv[k]} {op} {m}"})])[0]
-        s.answer(f"The {k} is {kv[k]}, so {kv[k]} {op} {m} = {res}.")
+        s.answer(ttpl(r, s.split, "fieldcalc_a").format(k=k, f=f, x=kv[k], op=op, word=word, m=m,
+                                                         v=res))
         return res
     if kind == "note_calc":
         k = v.word()
         val = v.num()
         s.world["notes"][k] = str(val)
         m = v.num(2, 99)
-        s.user(f"Take the number in my note {k} and multiply it by {m}.")
+        s.user(ttpl(r, s.split, "notecalc_q").format(k=k, m=m))
         s.call([("notes_read", {"key": k})])
         res = s.call([("calculator", {"expression": f"{val} * {m}"})])[0]
-        s.answer(f"{val} * {m} = {res}.")
+        s.answer(ttpl(r, s.split, "notecalc_a").format(k=k, x=val, m=m, v=res))
         return res
     n = v.num(2, 40)
-    s.user(tpl(r, s.split, "age_q").format(d=v.date(), n=n) if False else
-           f"Read the clock and tell me what year it will be in {n} years.")
+    s.user(ttpl(r, s.split, "clockcalc_q").format(n=n))
     now = s.call([("clock", {})])[0]
     year = now[:4]
     res = s.call([("calculator", {"expression": f"{year} + {n}"})])[0]
-    s.answer(f"In {n} years it will be {res}.")
+    s.answer(ttpl(r, s.split, "clockcalc_a").format(n=n, v=res))
     return res
 
 
@@ -719,14 +1263,16 @@ def fam_multi(s: Session, v: Values):
             f2 = "b" + f2
         s.world["files"][f1], s.world["files"][f2] = t1, t2
         k1, k2 = r.choice(list(kv1)), r.choice(list(kv2))
-        s.user(f"Tell me the {k1} in {s.show_path(f1)} and the {k2} in {s.show_path(f2)}.")
+        p1, p2 = s.show_path(f1), s.show_path(f2)
+        s.user(ttpl(r, s.split, "read2_q").format(k1=k1, f1=p1, k2=k2, f2=p2))
         s.call([s.read_call(f1), s.read_call(f2)])
-        s.answer(f"{s.show_path(f1)}: {k1} = {kv1[k1]}. {s.show_path(f2)}: {k2} = {kv2[k2]}.")
+        s.answer(ttpl(r, s.split, "read2_a").format(k1=k1, f1=p1, v1=kv1[k1], k2=k2, f2=p2,
+                                                     v2=kv2[k2]))
         return kv2[k2]
     e, _ = _expr(v)
-    s.user(f"What's the date, and what is {e}?")
+    s.user(ttpl(r, s.split, "mixed_q").format(e=e))
     now, val = s.call([("clock", {}), ("calculator", {"expression": e})])
-    s.answer(f"It is {now}, and {e} = {val}.")
+    s.answer(ttpl(r, s.split, "mixed_a").format(now=now, e=e, v=val))
     return val
 
 
@@ -742,8 +1288,9 @@ def fam_error(s: Session, v: Values):
             s.world["files"][f"{d}/{v.filename()}"] = _prose_file(v, 2)
         k = r.choice(list(kv))
         base = rel.split("/")[-1]
-        s.user(f"What is the {k} in {base}? It is somewhere in {s.show_path(d)}."
-               if r.random() < 0.5 else f"What is the {k} in {base}?")
+        hint = r.random() < 0.5
+        s.user(ttpl(r, s.split, "errpath_hint_q" if hint else "errpath_q")
+               .format(k=k, b=base, d=s.show_path(d)))
         s.call([s.read_call(base)])
         s.call([s.list_call(d)])
         s.call([s.read_call(rel)])
@@ -752,25 +1299,27 @@ def fam_error(s: Session, v: Values):
     if kind == "calc":
         a, b = v.num(), v.num(2, 999)
         op, bad = r.choice([("*", "x"), ("*", "times"), ("/", ":"), ("+", "plus")])
-        s.user(f"Calculate {a} {bad} {b}.")
+        s.user(ttpl(r, s.split, "errcalc_q").format(a=a, bad=bad, b=b))
         s.call([("calculator", {"expression": f"{a} {bad} {b}"})])
         if op == "/":
             a = a - a % b if a >= b else a * b
         e = f"{a} {op} {b}"
         res = s.call([("calculator", {"expression": e})])[0]
-        s.answer(f"{e} = {res}.")
+        s.answer(ttpl(r, s.split, "errcalc_a").format(e=e, v=res))
         return res
     k, val = v.word(), str(v.num())
     real = k + r.choice(["_notes", "s", "_list"])
     s.world["notes"][real] = val
-    s.user(f"Read my note {k}. If it does not exist, try {real}.")
+    s.user(ttpl(r, s.split, "errnote_q").format(k=k, real=real))
     s.call([("notes_read", {"key": k})])
     res = s.call([("notes_read", {"key": real})])[0]
-    s.answer(f"The note {k} does not exist; {real} says {res}.")
+    s.answer(ttpl(r, s.split, "errnote_a").format(k=k, real=real, r=res))
     return val
 
 
 def fam_notool(s: Session, v: Values):
+    if s.split == "train":
+        return _notool_train(s, v)
     r = v.r
     n, c, ci, w = v.pick(v.names), v.code(), v.pick(v.cities), v.word()
     q = tpl(r, s.split, "notool_q").format(n=n, c=c, ci=ci, w=w)
@@ -787,6 +1336,63 @@ def fam_notool(s: Session, v: Values):
     return exp
 
 
+def _notool_fields(v: Values) -> Dict[str, str]:
+    """Every value a NOTOOL_TRAIN template may use, drawn in a fixed order (train only)."""
+    r = v.r
+    n, n2, n3 = r.sample(v.names, 3)
+    ci, ci2 = r.sample(v.cities, 2)
+    it, it2, it3 = r.sample(v.items, 3)
+    c = v.code()
+    cq = c if r.random() < 0.5 else c[:-1] + str((int(c[-1]) + r.randint(1, 9)) % 10)
+    w = v.word()
+    w2 = v.word()
+    while len(w2) == len(w):
+        w2 = v.word()
+    w3 = v.word()
+    while w3 in (w, w2):
+        w3 = v.word()
+    x = v.num()
+    x2 = v.num()
+    while x2 == x:
+        x2 = v.num()
+    nq = n if r.random() < 0.5 else n2
+    ciq = ci if r.random() < 0.5 else ci2
+    e, ev = _expr(v)
+    cnt = r.randint(2, 5)
+    lst = ", ".join(v.word() for _ in range(cnt))
+    yn = lambda b: "Yes" if b else "No"  # noqa: E731
+    return {
+        "n": n, "n2": n2, "n3": n3, "nq": nq, "nlow": n.lower(), "ci": ci, "ci2": ci2, "ciq": ciq,
+        "it": it, "it2": it2, "it3": it3, "c": c, "cq": cq, "w": w, "w2": w2, "w3": w3,
+        "ww": f"{w} {w}", "wjoin": w + w2, "wdash": f"{w}-{w2}",
+        "wlong": w if len(w) > len(w2) else w2, "wshort": w2 if len(w) > len(w2) else w,
+        "walpha": min(w, w2), "x": str(x), "x2": str(x2), "xmax": str(max(x, x2)),
+        "xmin": str(min(x, x2)), "cmp": "bigger" if x > x2 else "smaller",
+        "parity": "even" if x % 2 == 0 else "odd", "y": str(r.randint(16, 95)),
+        "yr": str(r.randint(1950, 2010)), "e": e, "ev": ev, "f": v.filename(),
+        "k": r.choice(["port", "timeout", "limit", "budget", "retries", "level"]),
+        "kw": v.word(), "d": v.date(), "p": str(v.num(1, 500)), "cnt": str(cnt), "lst": lst,
+        "yn_big": yn(x > x2), "yn_name": yn(nq == n), "yn_city": yn(ciq == ci),
+        "yn_code": yn(cq == c), "same": "they are identical" if cq == c else "they differ",
+        "yn_even": yn(x % 2 == 0), "yn_odd": yn(x % 2 == 1),
+        "hello": "Hello", "morning": "Good morning", "evening": "Good evening", "bye": "Goodbye",
+        "welcome": "welcome", "help": "help", "assistant": "assistant",
+    }
+
+
+def _notool_train(s: Session, v: Values):
+    """A train notool exchange: a question answerable from the message itself (tools offered
+    but not called). Sub-kinds weighted by NOTOOL_WEIGHTS; the answer contains the expected
+    value."""
+    r = v.r
+    kind = r.choices(_NOTOOL_KINDS, weights=_NOTOOL_W)[0]
+    q, a, ek = r.choice(NOTOOL_TRAIN[kind])
+    f = _notool_fields(v)
+    s.user(q.format(**f))
+    s.answer(a.format(**f))
+    return f[ek]
+
+
 def _filler_turn(s: Session, v: Values, files):
     """One ordinary exchange of a long session (adds ~60-400 tokens)."""
     r = v.r
@@ -795,7 +1401,12 @@ def _filler_turn(s: Session, v: Values, files):
         rel = r.choice(files)
         s.user(tpl(r, "train" if s.split == "train" else "heldout", "read_q").format(f=s.show_path(rel)))
         res = s.call([s.read_call(rel)])[0]
-        s.answer(f"Here it is:\n{res}" if r.random() < 0.5 else f"{s.show_path(rel)} has {len(res.splitlines())} lines.")
+        if s.split == "train":
+            s.answer(r.choice(_FILLER_READ_A).format(f=s.show_path(rel), r=res,
+                                                     n=len(res.splitlines())))
+        else:
+            s.answer(f"Here it is:\n{res}" if r.random() < 0.5
+                     else f"{s.show_path(rel)} has {len(res.splitlines())} lines.")
     elif x < 0.6:
         fam_single(s, v)
     elif x < 0.75:
@@ -809,50 +1420,56 @@ def _filler_turn(s: Session, v: Values, files):
 def fam_recall(s: Session, v: Values, target_chars):
     """Key fact near the start, filler turns until ~target_chars, then the question."""
     r = v.r
+    train = s.split == "train"
     files = _populate_fs(v, s.world, r.randint(3, 8))
     kind = r.choice(["file", "file", "calc", "code", "note"])
-    s.user(r.choice(["Hi.", "Let's get started.", "Hello, I have a few tasks."]) if r.random() < 0.3 else "")
+    s.user(r.choice(_RECALL_OPEN_Q if train else _RECALL_OPEN_Q[:3]) if r.random() < 0.3 else "")
     if not s.messages[-1]["content"]:
         s.messages.pop()
     else:
-        s.answer(r.choice(["Hello! What can I do for you?", "Sure, go ahead."]))
+        s.answer(r.choice(_RECALL_OPEN_A if train else _RECALL_OPEN_A[:2]))
     if kind == "file":
         text, kv = _config_file(v, r.randint(4, 7))
         rel = v.filename("conf")
         s.world["files"][rel] = text
         k = r.choice(list(kv))
-        s.user(tpl(r, s.split, "read_q").format(f=s.show_path(rel)))
+        f = s.show_path(rel)
+        s.user(tpl(r, s.split, "read_q").format(f=f))
         s.call([s.read_call(rel)])
-        s.answer(r.choice([f"{s.show_path(rel)} holds {len(kv)} settings.", "Done, I have read it.",
-                           f"It has these keys: {', '.join(kv)}."]))
-        q = r.choice([t for t in (T['recall_q'][1] if s.split == 'heldout' else T['recall_q'][0])
-                      if "{f}" in t]).format(f=s.show_path(rel), k=k)
-        ans, exp = f"The {k} in {s.show_path(rel)} was {kv[k]}.", kv[k]
-        marker = kv[k]
+        s.answer(r.choice([f"{f} holds {len(kv)} settings.", "Done, I have read it.",
+                           f"It has these keys: {', '.join(kv)}."]
+                          + ([f"Read it: {len(kv)} keys.", "I've read the file.",
+                              f"{f} is a config file with {len(kv)} entries."] if train else [])))
+        q = (r.choice(T["recall_file_q"][0]) if train else
+             r.choice([t for t in T['recall_q'][1] if "{f}" in t])).format(f=f, k=k)
+        ans = ttpl(r, s.split, "recall_file_a").format(k=k, f=f, v=kv[k])
+        exp = marker = kv[k]
     elif kind == "calc":
         e, _ = _expr(v, hard=True)
         s.user(tpl(r, s.split, "calc_q").format(e=e))
         val = s.call([("calculator", {"expression": e})])[0]
         s.answer(tpl(r, s.split, "calc_a").format(e=e, v=val))
-        q = r.choice([t for t in (T['recall_q'][1] if s.split == 'heldout' else T['recall_q'][0])
-                      if "{e}" in t]).format(e=e)
-        ans, exp, marker = f"{e} was {val}.", val, val
+        q = (r.choice(T["recall_calc_q"][0]) if train else
+             r.choice([t for t in T['recall_q'][1] if "{e}" in t])).format(e=e)
+        ans = ttpl(r, s.split, "recall_calc_a").format(e=e, v=val)
+        exp = marker = val
     elif kind == "code":
         c = v.code()
-        s.user(f"My locker code is {c}. Please remember it." if s.split == "train"
-               else f"Keep this for later: my code is {c}.")
-        s.answer("Got it.")
-        q = r.choice([t for t in (T['recall_q'][1] if s.split == 'heldout' else T['recall_q'][0])
-                      if "code" in t])
-        ans, exp, marker = f"Your code is {c}.", c, c
+        cn = r.choice(_CODE_NOUNS) if train else "code"  # held-out templates have no {cn}
+        s.user(ttpl(r, s.split, "code_save_q").format(c=c, cn=cn))
+        s.answer(ttpl(r, s.split, "code_save_a").format(c=c, cn=cn))
+        q = (r.choice(T["recall_code_q"][0]).format(cn=cn) if train else
+             r.choice([t for t in T['recall_q'][1] if "code" in t]))
+        ans = ttpl(r, s.split, "recall_code_a").format(c=c, cn=cn)
+        exp = marker = c
     else:
         k, val = v.word(), str(v.num())
         s.user(tpl(r, s.split, "note_save_q").format(k=k, v=val))
         s.call([("notes_save", {"key": k, "text": val})])
         s.answer(tpl(r, s.split, "note_save_a").format(k=k, v=val))
-        q = (r.choice(T["recall_q"][0][5:6]) if s.split == "train"
-             else "Which value did I tell you to store for {k}?").format(k=k)
-        ans, exp, marker = f"You asked me to remember {val} for {k}.", val, val
+        q = ttpl(r, s.split, "recall_note_q").format(k=k)
+        ans = ttpl(r, s.split, "recall_note_a").format(k=k, v=val)
+        exp = marker = val
     start = len(chat.encode_messages(s.messages))
     while len(chat.encode_messages(s.messages)) - start < target_chars:
         _filler_turn(s, v, files)

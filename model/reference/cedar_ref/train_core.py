@@ -391,10 +391,60 @@ class StepOut:
     kl_layers: Dict[int, float] = field(default_factory=dict)
 
 
+class DataParallel:
+    """Data-parallel glue for train_step over torch.distributed (NCCL on GPUs, gloo on CPU).
+
+    Every rank holds the same parameters (same init / --init-from) and trains on its own
+    batches; after the backward passes the gradients are averaged over the ranks and the MoE
+    loads summed, so clipping, AdamW and the bias rule compute the same update on every rank and
+    the replicas never drift. Collectives per step, in this order on every rank:
+      agree(frac)   rank 0's schedule position (time budgets differ per rank otherwise)
+      step_ok(ok)   MIN over ranks: a step that failed anywhere (out of memory) is skipped
+                    everywhere, so no rank waits in a collective the others never enter
+      average_grads one flat all-reduce of every trainable gradient (absent ones count as 0)
+      sum_loads     the MoE loads [L, E]
+    """
+
+    def __init__(self, rank, world, device):
+        import torch.distributed as dist
+        self.dist, self.rank, self.world, self.device = dist, rank, world, device
+
+    def agree(self, frac):
+        t = torch.tensor([float(frac)], device=self.device, dtype=torch.float64)
+        self.dist.broadcast(t, 0)
+        return float(t)
+
+    def step_ok(self, ok):
+        t = torch.tensor([1 if ok else 0], device=self.device, dtype=torch.int32)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
+        return bool(int(t))
+
+    def average_grads(self, params):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        self.dist.all_reduce(flat)
+        flat /= self.world
+        off = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[off:off + n].view_as(p).to(p.dtype)
+            off += n
+
+    def sum_loads(self, tracker):
+        self.dist.all_reduce(tracker.loads)
+
+    def sum(self, values):
+        """Sums a list of floats over the ranks (logging)."""
+        t = torch.tensor(values, device=self.device, dtype=torch.float64)
+        self.dist.all_reduce(t)
+        return t.tolist()
+
+
 def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, autocast=None,
-               rng=None, update_bias=True):
+               rng=None, update_bias=True, parallel=None):
     """One optimizer step on batch = (ids [B,T] long, mask [B,T] uint8, lens [B], starts [B]).
-    starts[b] = position of the first token of row b's last assistant turn."""
+    starts[b] = position of the first token of row b's last assistant turn. `parallel`: a
+    DataParallel; the step returns None when some rank failed it (nothing was updated)."""
     ids, mask, lens, starts = batch
     dev = ids.device
     B, T = ids.shape
@@ -431,6 +481,12 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
     backbone_loss.backward(retain_graph=torch.is_tensor(kl))
     if torch.is_tensor(kl) and kl.requires_grad:
         kl.backward(inputs=idx_params)
+    if parallel is not None:
+        if not parallel.step_ok(True):
+            opt.zero_grad(set_to_none=True)
+            return None
+        parallel.average_grads(other + idx_params)
+        parallel.sum_loads(tracker)
     torch.nn.utils.clip_grad_norm_(other, clip)
     torch.nn.utils.clip_grad_norm_(idx_params, clip)
     opt.step()
