@@ -43,6 +43,17 @@ struct segment {
   bool ced_cut = false;  // keep only the last sliding_window rows from first_decoder_layer on
 };
 
+// An entry id with its index score: a row's running top-k keeps the scores of its ids because
+// the score block they came from is transient (index_rows_packed).
+struct scored_id {
+  float s;
+  int32_t id;
+};
+// The top-k order: higher score first, ties to the lower id (a total order on distinct ids).
+inline bool better_scored(const scored_id& a, const scored_id& b) {
+  return a.s > b.s || (a.s == b.s && a.id < b.id);
+}
+
 template <class T>
 T* grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -127,6 +138,16 @@ struct runner::workspace {
   std::vector<int32_t> cand_ids;  // [≤ n_blocks·block] entries of one row's candidate blocks
   std::vector<float> cand_keys;   // [≤ n_blocks·block, Di] their index keys (f32_diagnostic only)
   std::vector<int32_t> cand_top;  // [K] top-k positions among cand_ids
+  // Indexer of a block of rows over packed keys (index_rows_packed), per core: the block's
+  // index scores over one key chunk, and every row's running top-k (ids with their scores).
+  struct index_worker {
+    std::vector<float> chunk;     // [rows, chunk + pad]
+    std::vector<scored_id> kept;  // [rows, cap]
+    std::vector<int> n_kept;      // [rows]
+    std::vector<float> thr;       // [rows] the score an id must beat to be kept
+  } iw[2];
+  std::vector<int> vis;           // [rows] visible entries of each row of the block
+  std::vector<float> bscore;      // [rows, n_blocks] candidate-block maxima of the block's rows
   std::vector<int32_t> topk;    // [R, K]
   std::vector<int> topk_n;      // [R]
   std::vector<uint8_t> cand;    // [R, n_blocks]
@@ -493,32 +514,159 @@ int select_topk(const float* score, int n, int K, runner::workspace& ws, int32_t
   return nv;
 }
 
-// Index scores straight from the packed keys: out[q, t] (row stride ldo) = q-th query row ·
-// key t, for keys [0, n_keys) of `keys` (fp4_index entries). Splits the keys over both cores
-// (the runner's helper thread) when the work is above OpenBLAS's own threading threshold, as
-// the fp32 GEMM it replaces was threaded; each half is the same per-key computation.
-void index_scores_fp4(runner::workspace& ws, const float* q, int nq, const uint8_t* keys, int n_keys, int Di,
-                      float* out, int ldo) {
-  if ((int64_t)nq * n_keys * Di < (1 << 18) || n_keys < 64) {
-    kc::fp4_index_dot(q, nq, Di, keys, n_keys, Di, out, ldo);
-    return;
+// A block of consecutive rows of one segment against the packed index keys of its source,
+// keys [t0, t1) (one core's share): index_rows_packed's unit of work.
+struct index_block {
+  const float* q;       // [rows, Hi, Di] indexer queries (RoPE'd, FP4 fake-quantised)
+  const float* w;       // [rows, Hi] head weights (× 1/√Hi)
+  const int* vis;       // [rows] entries each row may see, non-decreasing
+  int rows, Hi, Di, K, cap, chunk, ldc;
+  float sscale;
+  const uint8_t* keys;  // the source's fp4_index entries
+  size_t ib;            // bytes per entry
+  float* bscore;        // [rows, nb] block maxima (candidate-source layer) or null
+  int nb, bs;
+  runner::workspace::index_worker* wk[2];
+};
+
+// Scores keys [t0, t1) for every row of the block, chunk by chunk (each key tile decoded once
+// per chunk for all rows: kernels::fp4_index_score_rows), and feeds each row's visible scores,
+// in ascending id order, to its running top-k in `wk` — select_topk's streaming pass, its state
+// kept from chunk to chunk — and, at the candidate-source layer, to its block maxima.
+// Entries a row may not see (t ≥ vis) are never kept and never raise a block maximum, as the
+// −∞ they stand for in select_topk's input. At the candidate-source layer chunks are multiples
+// of the candidate block size and start at multiples of it (t0 is), so each block maximum
+// comes from one chunk.
+void index_rows_range(const index_block& b, runner::workspace::index_worker& wk, int t0, int t1) {
+  for (int i = 0; i < b.rows; ++i) {
+    wk.n_kept[(size_t)i] = 0;
+    wk.thr[(size_t)i] = b.K > 0 ? k_neg_inf : std::numeric_limits<float>::infinity();  // K = 0: keep nothing
   }
-  struct job {
-    const float* q;
-    int nq, Di, ldo;
-    const uint8_t* keys;
-    float* out;
-  } j{q, nq, Di, ldo, keys, out};
-  const int half = (n_keys / 2) & ~15;  // whole 16-key tiles on the first core
-  ws.helper.post(
-      [](void* p, int t0, int t1) {
-        const job& b = *static_cast<const job*>(p);
-        kc::fp4_index_dot(b.q, b.nq, b.Di, b.keys + (size_t)t0 * kc::fp4_index_bytes(b.Di), t1 - t0, b.Di,
-                          b.out + t0, b.ldo);
-      },
-      &j, half, n_keys);
-  kc::fp4_index_dot(q, nq, Di, keys, half, Di, out, ldo);
-  ws.helper.wait();
+  int rf = 0;  // first row that sees any entry of the chunk (vis non-decreasing)
+  for (int c0 = t0; c0 < t1; c0 += b.chunk) {
+    while (rf < b.rows && b.vis[rf] <= c0) ++rf;
+    if (rf == b.rows) break;
+    const int cn = std::min(b.chunk, t1 - c0);
+    float* cs0 = wk.chunk.data();
+    kc::fp4_index_score_rows(b.q + (size_t)rf * b.Hi * b.Di, b.w + (size_t)rf * b.Hi, b.rows - rf, b.Hi,
+                             b.keys + (size_t)c0 * b.ib, cn, b.Di, b.sscale, cs0, b.ldc);
+    for (int i = rf; i < b.rows; ++i) {
+      const float* cs = cs0 + (size_t)(i - rf) * b.ldc;  // cs[t - c0], t in [c0, c0 + cn)
+      const int te = std::min(c0 + cn, b.vis[i]);
+      scored_id* kept = wk.kept.data() + (size_t)i * b.cap;
+      int nv = wk.n_kept[(size_t)i];
+      float thr = wk.thr[(size_t)i];
+      // select_topk's pass: t enters when its score beats thr (thr only rises, so the SIMD skip
+      // of the ids at or below it is the scalar test of each id in turn)
+      for (int t = c0; t < te; ++t) {
+        t += kc::index_next_above(cs + (t - c0), te - t, thr);
+        if (t >= te) break;
+        kept[nv++] = scored_id{cs[t - c0], t};
+        if (nv == b.cap) {
+          std::nth_element(kept, kept + (b.K - 1), kept + nv, better_scored);
+          nv = b.K;
+          thr = kept[b.K - 1].s;
+        }
+      }
+      wk.n_kept[(size_t)i] = nv;
+      wk.thr[(size_t)i] = thr;
+      if (b.bscore) {
+        float* bm = b.bscore + (size_t)i * b.nb;
+        for (int bk = c0 / b.bs; bk * b.bs < te; ++bk)
+          bm[bk] = kc::index_block_max(cs + (bk * b.bs - c0), std::min(te, (bk + 1) * b.bs) - bk * b.bs);
+      }
+    }
+  }
+}
+
+// Index top-k (and, at the candidate-source layer, candidate-block maxima) of `rows` consecutive
+// rows of one segment over the source's packed keys. Same selection as scoring every row over
+// every entry into [rows·Hi, ne] with kernels::fp4_index_dot, summing the heads and running
+// select_topk: every score is the same products and sums (fp4_index_score_rows equals
+// fp4_index_dot + the head sum), and the kept set is the K best by (score desc, id asc),
+// however the ids are split. The keys are split over both cores when the work is above
+// OpenBLAS's threading threshold: each core keeps its own running top-k of every row, and a
+// row's result is the K best of the two (each holds the K best of its half).
+// Out: topk [rows, K] ascending ids, topn [rows]; bscore [rows, nb] when candidate source.
+void index_rows_packed(runner::workspace& ws, const float* q, const float* w, const int64_t* pos, int rows, int ratio,
+                       int ne, int Hi, int Di, int K, float sscale, const uint8_t* keys, size_t ib, int nb, int bs,
+                       bool cand_src, int32_t* topk, int* topn) {
+  int* vis = grow(ws.vis, (size_t)rows);
+  for (int i = 0; i < rows; ++i) vis[i] = (int)std::min<int64_t>(ne, (pos[i] + 1) / ratio);
+  const int vis_last = vis[rows - 1];
+  // whole key tiles per chunk and, at the candidate-source layer, whole candidate blocks
+  const int align = cand_src ? std::lcm(16, std::max(1, bs)) : 16;
+  const int chunk = std::max(1, 256 / align) * align;
+  const int cap = std::max(4 * K, 256);
+  index_block b{q, w, vis, rows, Hi, Di, K, cap, chunk, chunk + 16, sscale, keys, ib, nullptr, nb, bs, {}};
+  if (cand_src) {
+    b.bscore = grow(ws.bscore, (size_t)rows * std::max(1, nb));
+    std::fill(b.bscore, b.bscore + (size_t)rows * nb, k_neg_inf);
+  }
+  const bool split = (int64_t)rows * Hi * vis_last * Di >= (1 << 18) && vis_last >= 2 * align;
+  for (int k = 0; k < (split ? 2 : 1); ++k) {
+    runner::workspace::index_worker& wk = ws.iw[k];
+    grow(wk.chunk, (size_t)rows * b.ldc);
+    grow(wk.kept, (size_t)rows * cap);
+    grow(wk.n_kept, (size_t)rows);
+    grow(wk.thr, (size_t)rows);
+    b.wk[k] = &wk;
+  }
+  if (split) {
+    const int mid = vis_last / 2 / align * align;
+    ws.helper.post(
+        [](void* p, int t0, int t1) {
+          const index_block& bb = *static_cast<const index_block*>(p);
+          index_rows_range(bb, *bb.wk[1], t0, t1);
+        },
+        &b, mid, vis_last);
+    index_rows_range(b, *b.wk[0], 0, mid);
+    ws.helper.wait();
+  } else {
+    index_rows_range(b, *b.wk[0], 0, vis_last);
+  }
+  for (int i = 0; i < rows; ++i) {
+    scored_id* kept = b.wk[0]->kept.data() + (size_t)i * cap;
+    int nv = b.wk[0]->n_kept[(size_t)i];
+    if (split) {
+      // each half down to its K best, then the second half's after the first's (2K ≤ cap)
+      if (nv > K) {
+        std::nth_element(kept, kept + K, kept + nv, better_scored);
+        nv = K;
+      }
+      scored_id* k1 = b.wk[1]->kept.data() + (size_t)i * cap;
+      int n1 = b.wk[1]->n_kept[(size_t)i];
+      if (n1 > K) {
+        std::nth_element(k1, k1 + K, k1 + n1, better_scored);
+        n1 = K;
+      }
+      std::copy_n(k1, n1, kept + nv);
+      nv += n1;
+    }
+    if (nv > K) {
+      std::nth_element(kept, kept + K, kept + nv, better_scored);
+      nv = K;
+    }
+    int32_t* out = topk + (size_t)i * K;
+    for (int j = 0; j < nv; ++j) out[j] = kept[j].id;
+    std::sort(out, out + nv);
+    topn[i] = nv;
+  }
+}
+
+// Candidate pool of row r at the candidate-source layer from its block maxima `bscore` [nb]
+// (overwritten): the block of the newest visible entry pinned, the candidate_topk_blocks best
+// blocks marked in ws.cand.
+void choose_candidates(const model_config& c, runner::workspace& ws, int r, int64_t p, int ratio, float* bscore,
+                       int nb, int bs) {
+  uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
+  std::fill(cm, cm + ws.cand_blocks, 0);
+  const int64_t last = (((p + 1) / ratio) - 1) >= 0 ? ((p + 1) / ratio - 1) / bs : -1;
+  if (last >= 0 && last < nb) bscore[last] = std::numeric_limits<float>::infinity();
+  const int nk = std::min(c.candidate_topk_blocks, nb);
+  int32_t* bsel = grow(ws.bsel, (size_t)std::max(1, nb));
+  const int got = select_topk(bscore, nb, nk, ws, bsel);
+  for (int j = 0; j < got; ++j) cm[bsel[j]] = 1;
 }
 
 // Indexer of index-source layer l: top-k entry ids per row into ws.topk / ws.topk_n.
@@ -631,7 +779,32 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
       }
       continue;
     }
-    // Rows in blocks so the [rows·Hi, ne] score block stays small.
+    if (!kf && ne > 0) {
+      // Packed keys: blocks of rows scored chunk by chunk, each key tile decoded once per block
+      // (replay's and chunked prefill's rows), straight into each row's running top-k.
+      constexpr int k_block_rows = 128;
+      for (int b0 = 0; b0 < s.n; b0 += k_block_rows) {
+        const int nrow = std::min(k_block_rows, s.n - b0);
+        const int r0 = s.row0 + b0;
+        index_rows_packed(ws, qi + (size_t)r0 * Hi * Di, wt + (size_t)r0 * Hi, ws.pos.data() + r0, nrow, ratio, ne,
+                          Hi, Di, K, sscale, st.index.data(), ib, nb, bs, cand_src, topk + (size_t)r0 * K, topn + r0);
+        for (int i = 0; i < nrow; ++i) {
+          const int r = r0 + i;
+          if (cand_src) {
+            choose_candidates(c, ws, r, ws.pos[(size_t)r], ratio, ws.bscore.data() + (size_t)i * nb, nb, bs);
+            if (trace) {
+              const uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
+              for (int t = 0; t < ne; ++t) trace->candidates[(size_t)r * ne + t] = cm[t / bs];
+            }
+          }
+          if (tr_topk)
+            std::memcpy(tr_topk->data() + (size_t)r * K, topk + (size_t)r * K, sizeof(int32_t) * (size_t)topn[r]);
+        }
+      }
+      continue;
+    }
+    // fp32 keys (f32_diagnostic) or no entries yet: rows in blocks so the [rows·Hi, ne] score
+    // block stays small.
     const int rb = std::max(1, std::min(s.n, (int)(4000000 / std::max<int64_t>(1, (int64_t)Hi * ne))));
     float* iscore = grow(ws.iscore, (size_t)std::max(1, ne));
     for (int b0 = 0; b0 < s.n; b0 += rb) {
@@ -639,15 +812,7 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
       float* sc = nullptr;
       if (ne > 0) {
         sc = grow(ws.sc, (size_t)nrow * Hi * ne);
-        const float* qb = qi + (size_t)(s.row0 + b0) * Hi * Di;
-        if (kf) {
-          kc::gemm_nt(nrow * Hi, ne, Di, qb, kf, sc);
-        } else {
-          // only the entries the block's last row can see (rows read sc[t] for t < vis)
-          const int64_t p_last = ws.pos[(size_t)(s.row0 + b0 + nrow - 1)];
-          const int n_vis = (int)std::min<int64_t>(ne, (p_last + 1) / ratio);
-          index_scores_fp4(ws, qb, nrow * Hi, st.index.data(), n_vis, Di, sc, ne);
-        }
+        kc::gemm_nt(nrow * Hi, ne, Di, qi + (size_t)(s.row0 + b0) * Hi * Di, kf, sc);
       }
       for (int i = 0; i < nrow; ++i) {
         const int r = s.row0 + b0 + i;
@@ -662,21 +827,15 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
           for (int t = 0; t < vis; ++t) iscore[t] += std::max(sh[t], 0.0f) * sscale * wh;
         }
         if (cand_src) {
-          uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
-          std::fill(cm, cm + ws.cand_blocks, 0);
-          // block score = max over its entries; the block of the newest visible entry pinned
+          // block score = max over its entries
           float* bscore = grow(ws.tmp, (size_t)std::max(1, nb));
           for (int bk = 0; bk < nb; ++bk) {
             float m = k_neg_inf;
             for (int t = bk * bs; t < std::min(ne, (bk + 1) * bs); ++t) m = std::max(m, iscore[t]);
             bscore[bk] = m;
           }
-          const int64_t last = (((p + 1) / ratio) - 1) >= 0 ? ((p + 1) / ratio - 1) / bs : -1;
-          if (last >= 0 && last < nb) bscore[last] = std::numeric_limits<float>::infinity();
-          const int nk = std::min(c.candidate_topk_blocks, nb);
-          int32_t* bsel = grow(ws.bsel, (size_t)std::max(1, nb));
-          const int got = select_topk(bscore, nb, nk, ws, bsel);
-          for (int j = 0; j < got; ++j) cm[bsel[j]] = 1;
+          choose_candidates(c, ws, r, p, ratio, bscore, nb, bs);
+          const uint8_t* cm = ws.cand.data() + (size_t)r * ws.cand_blocks;
           if (trace)
             for (int t = 0; t < ne; ++t) trace->candidates[(size_t)r * ne + t] = cm[t / bs];
         } else if (cand_use) {

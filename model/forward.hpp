@@ -19,9 +19,11 @@
 //               bounded replay). With ≤ sliding_window new rows the two modes are identical.
 // Numerics (kv_storage::packed): SWA KV FP8 (e4m3, UE8M0/32) after RoPE; compressed KV FP4
 // (e2m1, E4M3/16) after RoPE at j·m; index keys and indexer queries FP4 (UE8M0/32). Global KV
-// exists only as the sequence's packed bytes: the indexer scores the FP4 keys in place
-// (kernels::fp4_index_dot), and the sparse attention dequantises only the entries a row
-// selected (its top-k, into a per-row [K, hd] scratch; the window comes from the FP8 ring).
+// exists only as the sequence's packed bytes: the indexer scores the FP4 keys in place, a
+// block of rows at a time (kernels::fp4_index_score_rows: each key tile decoded once per block
+// and chunk, the heads summed in registers, each row's top-k kept as the chunks stream by),
+// and the sparse attention dequantises only the entries a row selected (its top-k, into a
+// per-row [K, hd] scratch; the window comes from the FP8 ring).
 // Index top-k ties go to the lower entry index; each KV source scores with its own keys.
 // Weights: every projection is kernels::qgemm_nt over the engine's matrices in their stored
 // dtype (F32 via OpenBLAS as before; BF16/FP8/FP4 dequantised per block on the fly).

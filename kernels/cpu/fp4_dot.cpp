@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -69,8 +70,11 @@ inline void dot4(const float* q0, const float* q1, const float* q2, const float*
 #if defined(__AVX2__) && defined(__FMA__)
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
   for (int i = 0; i < n; ++i) {
-    const __m256 k0 = _mm256_loadu_ps(tile + (size_t)i * k_tile);
-    const __m256 k1 = _mm256_loadu_ps(tile + (size_t)i * k_tile + 8);
+    __m256 k0 = _mm256_loadu_ps(tile + (size_t)i * k_tile);
+    __m256 k1 = _mm256_loadu_ps(tile + (size_t)i * k_tile + 8);
+    // keep the two key vectors in registers: folded into each FMA as a memory operand they
+    // would be loaded four times each (12 loads per 8 FMAs, load-port bound)
+    __asm__("" : "+x"(k0), "+x"(k1));
     const __m256 b0 = _mm256_broadcast_ss(q0 + i), b1 = _mm256_broadcast_ss(q1 + i);
     const __m256 b2 = _mm256_broadcast_ss(q2 + i), b3 = _mm256_broadcast_ss(q3 + i);
     a00 = _mm256_fmadd_ps(b0, k0, a00);
@@ -121,7 +125,105 @@ inline void dot1(const float* q0, const float* tile, int n, float (&acc)[k_tile]
 #endif
 }
 
+// One head's term folded into a row's index scores: acc = fma(max(s, 0)·sscale, w, acc),
+// 16 keys. max(0, s) as _mm256_max_ps(0, s) returns s when s is NaN, as std::max(s, 0) does.
+inline void fold_head(const float (&s)[k_tile], float sscale, float w, float (&acc)[k_tile]) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 z = _mm256_setzero_ps(), vs = _mm256_set1_ps(sscale), vw = _mm256_set1_ps(w);
+  for (int l = 0; l < k_tile; l += 8) {
+    const __m256 m = _mm256_mul_ps(_mm256_max_ps(z, _mm256_loadu_ps(s + l)), vs);
+    _mm256_storeu_ps(acc + l, _mm256_fmadd_ps(m, vw, _mm256_loadu_ps(acc + l)));
+  }
+#else
+  for (int l = 0; l < k_tile; ++l) acc[l] = std::fma(std::max(s[l], 0.0f) * sscale, w, acc[l]);
+#endif
+}
+
 }  // namespace
+
+void fp4_index_score_rows(const float* queries, const float* weights, int rows, int n_heads, const uint8_t* keys,
+                          int n_keys, int n, float sscale, float* out, int ldo) {
+  assert(n > 0 && n % 32 == 0);
+  if (rows <= 0 || n_keys <= 0) return;
+  if (n_heads <= 0) {
+    for (int r = 0; r < rows; ++r) std::fill_n(out + (size_t)r * ldo, n_keys, 0.0f);
+    return;
+  }
+  const size_t eb = fp4_index_bytes(n);
+  const size_t lr = (size_t)n_heads * n;  // floats per token row of queries
+  thread_local std::vector<float> tile_buf;
+  if (tile_buf.size() < (size_t)n * k_tile) tile_buf.resize((size_t)n * k_tile);
+  float* tile = tile_buf.data();
+  for (int t0 = 0; t0 < n_keys; t0 += k_tile) {
+    const int kt = std::min(k_tile, n_keys - t0);
+    decode_tile(keys + (size_t)t0 * eb, kt, n, eb, tile);  // once for every row of the block
+    for (int r = 0; r < rows; ++r) {
+      const float* qr = queries + (size_t)r * lr;
+      const float* wr = weights + (size_t)r * n_heads;
+      float acc[k_tile] = {};
+      int h = 0;
+      for (; h + 4 <= n_heads; h += 4) {
+        float s4[4][k_tile];
+        dot4(qr + (size_t)h * n, qr + (size_t)(h + 1) * n, qr + (size_t)(h + 2) * n, qr + (size_t)(h + 3) * n, tile,
+             n, s4);
+        for (int j = 0; j < 4; ++j) fold_head(s4[j], sscale, wr[h + j], acc);
+      }
+      for (; h < n_heads; ++h) {
+        float s1[k_tile];
+        dot1(qr + (size_t)h * n, tile, n, s1);
+        fold_head(s1, sscale, wr[h], acc);
+      }
+      float* o = out + (size_t)r * ldo + t0;
+      if (kt == k_tile)
+        for (int l = 0; l < k_tile; ++l) o[l] = acc[l];  // fixed length: vector stores, not a call
+      else
+        std::copy_n(acc, kt, o);
+    }
+  }
+}
+
+void fp4_index_score_row(const float* queries, const float* weights, int n_heads, const uint8_t* keys, int n_keys,
+                         int n, float sscale, float* scratch, float* out) {
+  if (n_keys <= 0) return;
+  for (int t = 0; t < n_keys; ++t) out[t] = 0.0f;
+  if (n_heads <= 0) return;
+  fp4_index_dot(queries, n_heads, n, keys, n_keys, n, scratch, n_keys);
+  for (int h = 0; h < n_heads; ++h) {
+    const float* sh = scratch + (size_t)h * n_keys;
+    for (int t = 0; t < n_keys; ++t) out[t] = std::fma(std::max(sh[t], 0.0f) * sscale, weights[h], out[t]);
+  }
+}
+
+int index_next_above(const float* s, int n, float thr) {
+  int i = 0;
+#if defined(__AVX2__)
+  const __m256 vt = _mm256_set1_ps(thr);
+  for (; i + 8 <= n; i += 8) {
+    const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(s + i), vt, _CMP_GT_OQ));
+    if (m) return i + __builtin_ctz((unsigned)m);
+  }
+#endif
+  for (; i < n; ++i)
+    if (s[i] > thr) return i;
+  return n;
+}
+
+float index_block_max(const float* s, int n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int i = 0;
+#if defined(__AVX2__)
+  if (n >= 8) {
+    // lane-wise m = (x > m) ? x : m, as the scalar chain (a NaN x leaves m)
+    __m256 v = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) v = _mm256_max_ps(_mm256_loadu_ps(s + i), v);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, v);
+    for (float x : lanes) m = std::max(m, x);
+  }
+#endif
+  for (; i < n; ++i) m = std::max(m, s[i]);
+  return m;
+}
 
 void fp4_index_dot(const float* queries, int nq, int ldq, const uint8_t* keys, int n_keys, int n,
                    float* out, int ldo) {
