@@ -349,7 +349,12 @@ void add_eval_command(CLI::App& app, int* exit_code) {
       if (a->family.empty() || t.family == a->family) run.push_back(std::move(t));
     if (a->limit >= 0 && size_t(a->limit) < run.size()) run.resize(size_t(a->limit));
     if (run.empty()) {
-      std::fprintf(stderr, "cedar eval: no task left to run (family '%s')\n", a->family.c_str());
+      if (a->limit == 0)
+        std::fprintf(stderr, "cedar eval: --limit 0 leaves no task to run\n");
+      else if (!a->family.empty())
+        std::fprintf(stderr, "cedar eval: %s has no task of family '%s'\n", a->tasks.c_str(), a->family.c_str());
+      else
+        std::fprintf(stderr, "cedar eval: %s has no task\n", a->tasks.c_str());
       *exit_code = 2;
       return;
     }
