@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,12 +21,6 @@
 namespace ck = cedar::kernels;
 
 namespace {
-
-uint32_t bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
 
 // n_keys entries of n channels; byte j of key t is (t·n/2 + j + salt) mod 256, so a run of
 // ≥ 256 data bytes holds every byte value (every code in the low and in the high nibble).
@@ -68,7 +63,7 @@ void check(const shape& s, const std::vector<uint8_t>& keys, std::mt19937& rng) 
         mag += std::fabs((double)qr[i] * k[(size_t)i]);
       }
       const float g = got[(size_t)r * ldo + t];
-      exact_bad += bits(g) != bits(seq);
+      exact_bad += std::bit_cast<uint32_t>(g) != std::bit_cast<uint32_t>(seq);
       tol_bad += !(std::fabs((double)g - oracle[(size_t)r * ldo + t]) <= 1e-5 * mag + 1e-30);
     }
   }

@@ -15,6 +15,7 @@
 //     with ties at the threshold, NaN, ±∞ and ±0 in the data.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,12 +28,6 @@
 namespace ck = cedar::kernels;
 
 namespace {
-
-uint32_t bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
 
 std::vector<uint8_t> random_keys(int n_keys, int n, std::mt19937& rng) {
   const size_t eb = ck::fp4_index_bytes(n);
@@ -61,15 +56,16 @@ int mismatches(const shape& s, std::mt19937& rng, int* touched) {
   const int ldo = s.n_keys + 3;
   const float poison = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> got((size_t)s.rows * ldo, poison);
-  ck::fp4_index_score_rows(q.data(), w.data(), s.rows, s.n_heads, keys.data(), s.n_keys, s.n, sscale, got.data(),
-                           ldo);
+  ck::fp4_index_score_rows(q.data(), w.data(), s.rows, s.n_heads, keys.data(), s.n_keys, s.n, sscale,
+                           got.data(), ldo);
   std::vector<float> scratch((size_t)std::max(1, s.n_heads * s.n_keys)), want((size_t)std::max(1, s.n_keys));
   int bad = 0;
   *touched = 0;
   for (int r = 0; r < s.rows; ++r) {
-    ck::fp4_index_score_row(q.data() + (size_t)r * s.n_heads * s.n, w.data() + (size_t)r * s.n_heads, s.n_heads,
-                            keys.data(), s.n_keys, s.n, sscale, scratch.data(), want.data());
-    for (int t = 0; t < s.n_keys; ++t) bad += bits(got[(size_t)r * ldo + t]) != bits(want[(size_t)t]);
+    ck::fp4_index_score_row(q.data() + (size_t)r * s.n_heads * s.n, w.data() + (size_t)r * s.n_heads,
+                            s.n_heads, keys.data(), s.n_keys, s.n, sscale, scratch.data(), want.data());
+    for (int t = 0; t < s.n_keys; ++t)
+      bad += std::bit_cast<uint32_t>(got[(size_t)r * ldo + t]) != std::bit_cast<uint32_t>(want[(size_t)t]);
     for (int t = s.n_keys; t < ldo; ++t) *touched += !std::isnan(got[(size_t)r * ldo + t]);
   }
   return bad;
@@ -78,10 +74,10 @@ int mismatches(const shape& s, std::mt19937& rng, int* touched) {
 TEST(Fp4ScoreRows, EqualsPerRowScoringBitForBit) {
   std::mt19937 rng(20261130);
   const shape shapes[] = {
-      {1, 1, 4, 32},     {1, 17, 4, 32},    {2, 16, 4, 32},    {3, 15, 1, 64},    {5, 33, 3, 32},
-      {7, 100, 4, 32},   {13, 257, 5, 64},  {16, 1000, 4, 32}, {31, 31, 8, 96},   {64, 3000, 4, 32},
+      {1, 1, 4, 32},     {1, 17, 4, 32},    {2, 16, 4, 32},    {3, 15, 1, 64},     {5, 33, 3, 32},
+      {7, 100, 4, 32},   {13, 257, 5, 64},  {16, 1000, 4, 32}, {31, 31, 8, 96},    {64, 3000, 4, 32},
       {65, 511, 2, 128}, {96, 1777, 4, 32}, {127, 48, 9, 32},  {128, 2049, 4, 32}, {129, 3000, 4, 32},
-      {130, 999, 7, 32}, {130, 1, 4, 160},  {1, 3000, 6, 64},  {4, 2999, 4, 32},  {33, 0, 4, 32},
+      {130, 999, 7, 32}, {130, 1, 4, 160},  {1, 3000, 6, 64},  {4, 2999, 4, 32},   {33, 0, 4, 32},
   };
   for (const shape& s : shapes) {
     int touched = 0;
@@ -97,7 +93,7 @@ TEST(Fp4ScoreRows, NoHeadsScoresZero) {
   std::vector<float> out((size_t)3 * 40, 1.5f);
   const float q = 0.0f, w = 0.0f;
   ck::fp4_index_score_rows(&q, &w, 3, 0, keys.data(), 40, 32, 0.25f, out.data(), 40);
-  for (float x : out) EXPECT_EQ(bits(x), bits(0.0f));
+  for (float x : out) EXPECT_EQ(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(0.0f));
 }
 
 TEST(Fp4ScoreRows, MatchesTheIndexScoreDefinition) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -15,18 +16,15 @@ namespace ck = cedar::kernels;
 
 namespace {
 
-uint32_t bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
 float from_bits(uint32_t b) {
   float x;
   std::memcpy(&x, &b, 4);
   return x;
 }
 // Bit equality that treats every NaN as equal to every NaN.
-bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits(a) == bits(b); }
+bool same(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
 
 std::vector<float> random_vector(int n, std::mt19937& rng, float scale) {
   std::normal_distribution<float> d(0.0f, 1.0f);
@@ -52,7 +50,10 @@ TEST(quant_e2m1, decodes_every_code) {
 
 TEST(quant_e2m1, ties_follow_round_to_nearest_even) {
   // Ties at .25, 1.25, 2.5, 5 round down (to the even code); at .75, 1.75, 3.5 up.
-  struct tie { float x; float expect; };
+  struct tie {
+    float x;
+    float expect;
+  };
   const tie ties[] = {{0.25f, 0.0f}, {0.75f, 1.0f}, {1.25f, 1.0f}, {1.75f, 2.0f},
                       {2.5f, 2.0f},  {3.5f, 4.0f},  {5.0f, 4.0f}};
   for (const auto& t : ties) {
@@ -80,8 +81,7 @@ TEST(quant_e2m1, encode_is_nearest_value_on_a_dense_sweep) {
     const float q = ck::e2m1_decode(ck::e2m1_encode(x));
     const float c = std::fmax(-6.0f, std::fmin(6.0f, x));
     for (int code = 0; code < 16; ++code)
-      ASSERT_LE(std::fabs(c - q), std::fabs(c - ck::e2m1_decode(static_cast<uint8_t>(code))))
-          << "x=" << x;
+      ASSERT_LE(std::fabs(c - q), std::fabs(c - ck::e2m1_decode(static_cast<uint8_t>(code)))) << "x=" << x;
   }
 }
 
@@ -187,8 +187,8 @@ TEST(quant_formats, byte_sizes) {
 
 TEST(quant_formats, fp4_kv_layout_by_hand) {
   // One block of 16 with amax 3: scale = e4m3(3/6) = 0.5, so codes are x/0.5.
-  float x[16] = {0.5f, -1.0f, 3.0f, 0.0f, 1.5f, -3.0f, 0.25f, 0.75f,
-                 2.0f, 1.0f,  -0.5f, 2.5f, -2.0f, 0.0f, 1.25f, -0.25f};
+  float x[16] = {0.5f, -1.0f, 3.0f,  0.0f, 1.5f,  -3.0f, 0.25f, 0.75f,
+                 2.0f, 1.0f,  -0.5f, 2.5f, -2.0f, 0.0f,  1.25f, -0.25f};
   uint8_t out[10];
   std::memset(out, 0xCD, sizeof out);
   ck::fp4_kv_pack(x, 16, out);
@@ -236,8 +236,8 @@ namespace {
 // Packs x with `pack`, unpacks into a poisoned buffer, and checks unpack(pack(x)) equals the
 // fast fake-quant, equals the scalar oracle, and that the entry is exactly `bytes` long.
 template <class Pack, class Unpack, class Fast, class Ref>
-void check_format(const std::vector<float>& x, size_t bytes, Pack pack, Unpack unpack, Fast fast,
-                  Ref ref, const char* what) {
+void check_format(const std::vector<float>& x, size_t bytes, Pack pack, Unpack unpack, Fast fast, Ref ref,
+                  const char* what) {
   const int n = static_cast<int>(x.size());
   std::vector<uint8_t> packed(bytes + 8, 0xA5);
   pack(x.data(), n, packed.data());
@@ -248,10 +248,10 @@ void check_format(const std::vector<float>& x, size_t bytes, Pack pack, Unpack u
   fast(f.data(), n);
   ref(r.data(), n);
   for (int i = 0; i < n; ++i) {
-    ASSERT_TRUE(same(unpacked[i], r[i])) << what << " unpack vs ref at " << i << ": " << unpacked[i]
-                                         << " vs " << r[i] << " (x=" << x[i] << ")";
-    ASSERT_TRUE(same(f[i], r[i])) << what << " fast vs ref at " << i << ": " << f[i] << " vs "
-                                  << r[i] << " (x=" << x[i] << ")";
+    ASSERT_TRUE(same(unpacked[i], r[i])) << what << " unpack vs ref at " << i << ": " << unpacked[i] << " vs "
+                                         << r[i] << " (x=" << x[i] << ")";
+    ASSERT_TRUE(same(f[i], r[i])) << what << " fast vs ref at " << i << ": " << f[i] << " vs " << r[i]
+                                  << " (x=" << x[i] << ")";
   }
   // Quantising a quantised vector changes nothing (the grid is closed under the scheme).
   std::vector<float> again = f;
@@ -263,10 +263,10 @@ void check_all_formats(const std::vector<float>& x) {
   const int n = static_cast<int>(x.size());
   check_format(x, ck::fp4_kv_bytes(n), ck::fp4_kv_pack, ck::fp4_kv_unpack, ck::fp4_kv_fake_quant,
                ck::ref::fp4_kv_fake_quant, "fp4_kv");
-  check_format(x, ck::fp4_index_bytes(n), ck::fp4_index_pack, ck::fp4_index_unpack,
-               ck::fp4_index_fake_quant, ck::ref::fp4_index_fake_quant, "fp4_index");
-  check_format(x, ck::fp8_swa_bytes(n), ck::fp8_swa_pack, ck::fp8_swa_unpack,
-               ck::fp8_swa_fake_quant, ck::ref::fp8_swa_fake_quant, "fp8_swa");
+  check_format(x, ck::fp4_index_bytes(n), ck::fp4_index_pack, ck::fp4_index_unpack, ck::fp4_index_fake_quant,
+               ck::ref::fp4_index_fake_quant, "fp4_index");
+  check_format(x, ck::fp8_swa_bytes(n), ck::fp8_swa_pack, ck::fp8_swa_unpack, ck::fp8_swa_fake_quant,
+               ck::ref::fp8_swa_fake_quant, "fp8_swa");
 }
 
 }  // namespace
@@ -284,8 +284,8 @@ TEST(quant_formats, random_round_trips_match_the_scalar_oracle) {
 TEST(quant_formats, structured_vectors_hit_ties_and_edges) {
   // Blocks built so x/scale lands exactly on E2M1 / E4M3 midpoints, zeros, and signed zeros.
   std::vector<float> x(512);
-  const float pattern[] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f,
-                           -5.0f, 0.0f, -0.0f, 0.125f, 4.5f, 5.5f, 2.75f};
+  const float pattern[] = {6.0f,   0.25f, 0.75f, 1.25f, 1.75f,  2.5f, 3.5f, 5.0f,
+                           -0.25f, -5.0f, 0.0f,  -0.0f, 0.125f, 4.5f, 5.5f, 2.75f};
   for (int i = 0; i < 512; ++i) {
     const float m = std::ldexp(1.0f, (i / 32) - 8);
     x[i] = pattern[i % 16] * m;
@@ -294,7 +294,8 @@ TEST(quant_formats, structured_vectors_hit_ties_and_edges) {
   // E4M3 midpoints inside an fp8 block whose scale is exactly 1 (amax 448).
   std::vector<float> y(64);
   for (int i = 0; i < 64; ++i) {
-    const float lo = ck::e4m3_decode(static_cast<uint8_t>(i)), hi = ck::e4m3_decode(static_cast<uint8_t>(i + 1));
+    const float lo = ck::e4m3_decode(static_cast<uint8_t>(i)),
+                hi = ck::e4m3_decode(static_cast<uint8_t>(i + 1));
     y[i] = (i % 32 == 0) ? 448.0f : (lo + hi) / 2;
   }
   check_all_formats(y);
@@ -307,14 +308,13 @@ TEST(quant_formats, fp8_rounding_matches_the_scalar_codec_on_a_sweep) {
   // e4m3_encode/e4m3_decode on a strided sweep of every fp32 bit pattern in [0, 448].
   std::vector<float> x(32);
   int k = 0;
-  for (uint32_t b = 0; b <= bits(448.0f); b += 4099) {
+  for (uint32_t b = 0; b <= std::bit_cast<uint32_t>(448.0f); b += 4099) {
     x[k++] = from_bits(b);
     if (k == 31) {
       x[31] = 448.0f;  // pin the scale at 1 so the values are quantised as they are
       std::vector<float> f = x;
       ck::fp8_swa_fake_quant(f.data(), 32);
-      for (int i = 0; i < 32; ++i)
-        ASSERT_TRUE(same(f[i], ck::e4m3_decode(ck::e4m3_encode(x[i])))) << x[i];
+      for (int i = 0; i < 32; ++i) ASSERT_TRUE(same(f[i], ck::e4m3_decode(ck::e4m3_encode(x[i])))) << x[i];
       k = 0;
     }
   }
