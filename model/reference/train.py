@@ -175,8 +175,11 @@ def main(argv=None) -> int:
     import torch.multiprocessing as tmp
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-    ctx = tmp.spawn(_rank_entry, args=(args.gpus, args), nprocs=args.gpus, join=True)
-    del ctx
+    try:
+        tmp.spawn(_rank_entry, args=(args.gpus, args), nprocs=args.gpus, join=True)
+    except tmp.ProcessExitedException as e:  # a rank's own message is already on stderr
+        print(f"train: rank {e.error_index} exited with code {e.exit_code}", file=sys.stderr)
+        return e.exit_code if e.exit_code and e.exit_code > 0 else 1
     return 0
 
 
