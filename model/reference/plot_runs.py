@@ -6,7 +6,9 @@ a loss-curve PNG with the run boundaries marked.
     /usr/bin/python3 model/reference/plot_runs.py --out-csv H.csv --out-png loss.png RUN1/train_log.json ...
 
 The shipped model's history (model/weights/cedar-agent-tiny/train_history.csv) can be re-plotted
-with --from-csv.
+with --from-csv, and a new run appended to it:
+
+    ... --from-csv H.csv --out-csv H.csv --out-png loss.png 8:RUN8/train_log.json
 """
 import argparse
 import csv
@@ -14,10 +16,16 @@ import json
 import sys
 
 
-def load_runs(paths):
-    rows, g = [], 0
-    for run, p in enumerate(paths, 1):
-        with open(p) as f:
+def load_runs(paths, rows=None):
+    """paths: train_log.json files, or RUN:PATH to number a run explicitly (a run whose log was
+    not kept leaves a gap in the numbering). Appended after `rows` (a history already loaded)."""
+    rows = list(rows or [])
+    g = int(rows[-1]["global_step"]) if rows else 0
+    run = int(rows[-1]["run"]) if rows else 0
+    for p in paths:
+        head, sep, tail = p.partition(":")
+        run = int(head) if sep and head.isdigit() else run + 1
+        with open(tail if sep and head.isdigit() else p) as f:
             hist = json.load(f)["history"]
         for h in hist:
             rows.append({"run": run, "step": h["step"], "global_step": g + h["step"], "stage": h["stage"],
@@ -28,19 +36,19 @@ def load_runs(paths):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("logs", nargs="*", help="train_log.json files in training order")
-    ap.add_argument("--from-csv", help="re-plot a history CSV written by this script")
+    ap.add_argument("logs", nargs="*", help="train_log.json files in training order (RUN:PATH numbers a run)")
+    ap.add_argument("--from-csv", help="start from a history CSV written by this script (the logs are appended)")
     ap.add_argument("--out-csv")
     ap.add_argument("--out-png", required=True)
     ap.add_argument("--title", default="cedar-agent-tiny")
     a = ap.parse_args(argv)
+    if not a.from_csv and not a.logs:
+        ap.error("give train_log.json files or --from-csv")
+    rows = []
     if a.from_csv:
         with open(a.from_csv) as f:
             rows = list(csv.DictReader(f))
-    elif a.logs:
-        rows = load_runs(a.logs)
-    else:
-        ap.error("give train_log.json files or --from-csv")
+    rows = load_runs(a.logs, rows)
     if a.out_csv:
         with open(a.out_csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -62,8 +70,6 @@ def main(argv=None):
     for r, x in zip(rows, xs):
         if prev is not None and r["run"] != prev:
             ax.axvline(x, color="gray", linestyle="--", linewidth=0.8)
-        if r["stage"] == "C" and (prev is None or r["run"] != prev or True):
-            pass
         prev = r["run"]
     # shade stage C (FP4 KV + candidate pool + replay tails) of each run
     start = None
