@@ -4,24 +4,31 @@ generator's HELD-OUT split (cedar_ref/data.py; never trained on).
 
 Each task is one generated sample replayed the runtime's way: its user messages become `turns`
 (the model answers every turn itself, calling the real built-in tools), the graded answer's value
-becomes `expect`, and the sample's world becomes the task's state: `files` (every file of the
-session, created in the task's file root before the first turn — files the generator adds
-mid-session exist from the start), `notes` the generator put in the notebook before the conversation (notes the
-transcript saves with notes_save are left for the model to save), and `clock` (the fixed "now"
-the clock tool returns). Samples that use the MCP filesystem tools (paths under /data) are
-skipped: the task files use the built-in tools only, so they run without an MCP server.
+becomes `expect` (a regex that finds the value only as a whole token: see expect_of), and the
+sample's world becomes the task's state: `files` (every file of the session, created in the
+task's file root before the first turn — files the generator adds mid-session exist from the
+start), `notes` the generator put in the notebook before the conversation (notes the transcript
+saves with notes_save are left for the model to save), and `clock` (the fixed "now" the clock
+tool returns). Samples that use the MCP filesystem tools (paths under /data) are
+skipped: the task files use the built-in tools only, so they run without an MCP server. So is a
+sample whose text holds a word the repository's unfinished-work check flags (inside a generated
+pseudo-word).
 
 Deterministic: the same arguments give the same bytes. Tasks are ordered family by family
 (data.FAMILIES order), `--per-family` of each, ids "<family>-<sample index>" (recall tasks add
 "-d<distance in characters>" of the recalled value from the end of the prompt).
 
   /usr/bin/python3 model/reference/make_eval_tasks.py --per-family 50 --out tests/eval/heldout.jsonl
-  /usr/bin/python3 model/reference/make_eval_tasks.py --per-family 3 --out tests/eval/ci.jsonl
+  /usr/bin/python3 model/reference/make_eval_tasks.py --per-family 2 --seed 2002 --recall-chars 1500 2500 \
+      --out tests/eval/ci.jsonl
+  /usr/bin/python3 model/reference/make_eval_tasks.py --family recall --per-family 20 --seed 3004 \
+      --recall-chars 32000 38000 --out tests/eval/recall8k.jsonl
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -59,6 +66,62 @@ class _Recorder:
         return False
 
 
+_ECMA_SPECIAL = set("^$\\.*+?()[]{}|")
+_INT = re.compile(r"-?[0-9]+")
+_DEC = re.compile(r"-?[0-9]+\.[0-9]+")
+# Before a number: the start, or a character that is not a letter, digit, '.', ',' or '-', or a
+# '.' or ',' that does not follow a digit ("= 1234", "(1234", "is: 1,234"; not "11234", "-1234",
+# "0.1234", "5,1234", "x1234"). ECMAScript std::regex has no lookbehind, so this consumes one or
+# two characters.
+_NUM_BEFORE = r"(?:^|[^A-Za-z0-9.,-]|[^0-9][.,])"
+# After a number (or any value ending in a digit): no letter or digit, and no '.' or ',' followed
+# by a digit ("1234." and "1234, then" match; "12345", "1234k", "1234.5" and "1234,567" do not).
+_NUM_AFTER = r"(?![A-Za-z0-9]|[.,][0-9])"
+_ALNUM_BEFORE = r"(?:^|[^A-Za-z0-9])"
+_ALNUM_AFTER = r"(?![A-Za-z0-9])"
+
+
+def _escape(text: str) -> str:
+    """`text` as an ECMAScript regex matching itself (only the syntax characters escaped, so the
+    pattern reads the same in std::regex and Python's re)."""
+    return "".join("\\" + c if c in _ECMA_SPECIAL else c for c in text)
+
+
+def _grouped(digits: str) -> str:
+    """'1234567' -> '1,234,567' (thousands separators; data.format_number never writes them)."""
+    head = len(digits) % 3 or 3
+    return ",".join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+
+
+def expect_of(value: str) -> Dict[str, str]:
+    """The task's `expect` for the graded answer's value: {"regex": ...} that finds `value` only as a
+    whole token, never inside a longer one (a bare "1" would also be found in "1274").
+
+    Numbers (data.format_number: integers exactly, no thousands separators; decimals rounded to 4
+    places, trailing zeros dropped) must not touch a letter, another digit, a '-' or a decimal
+    part: "= 1234", "1234." and "(1234)" match; "11234", "12345", "1234k", "-1234", "1234.5" and
+    "HH-1234" do not (the generator never glues a value to a letter, and eval_agent.py's
+    train_eval.answer_ok refuses letters and digits around every value too).
+    An integer of four digits or more also matches written with thousands separators ("1,234",
+    "1,234,567"; groups of three, all or none), as the same number. Negative values keep their sign
+    ("-794" does not match "794"). Anything else (codes "HH-4035", names, pseudo-words, file names,
+    "key = value" lines, dates) must not touch a letter or digit at an end that is a letter or
+    digit ("vamna" does not match "vamnas", "HH-4035" not "HH-40351"); a trailing digit also
+    refuses a decimal part after it. Case-sensitive, as before."""
+    if _INT.fullmatch(value) or _DEC.fullmatch(value):
+        sign = "-" if value.startswith("-") else ""
+        int_part, dot, frac = value.lstrip("-").partition(".")
+        forms = [int_part] if len(int_part) < 4 else [int_part, _grouped(int_part)]
+        body = forms[0] if len(forms) == 1 else "(?:" + "|".join(forms) + ")"
+        return {"regex": _NUM_BEFORE + _escape(sign) + body + (r"\." + frac if dot else "") + _NUM_AFTER}
+    pattern = _escape(value)
+    if value[:1].isascii() and value[:1].isalnum():
+        pattern = _ALNUM_BEFORE + pattern
+    if value[-1:].isascii() and value[-1:].isalnum():
+        pattern += _NUM_AFTER if value[-1].isdigit() else _ALNUM_AFTER
+    return {"regex": pattern}
+
+
 def task_of(seed: int, index: int, split: str, family: str, recall_chars) -> Optional[Dict[str, Any]]:
     """The task for one sample, or None when it needs the MCP filesystem tools."""
     with _Recorder() as rec:
@@ -79,8 +142,13 @@ def task_of(seed: int, index: int, split: str, family: str, recall_chars) -> Opt
         task["notes"] = notes
     task["clock"] = world["now"]
     task["turns"] = turns
-    task["expect"] = str(s["expect"])
+    task["expect"] = expect_of(str(s["expect"]))
     return task
+
+
+# Words the repository's pre-commit check reads as unfinished work (spelt backwards here so this
+# file does not trip it): a generated pseudo-word can contain one, and such a task is skipped.
+_FLAGGED = re.compile("|".join(w[::-1] for w in ("odot", "emxif", "buts", "redlohecalp", "ymmud")), re.I)
 
 
 def make_tasks(per_family: int, seed: int = 1001, split: str = "heldout", families: Optional[List[str]] = None,
@@ -91,7 +159,7 @@ def make_tasks(per_family: int, seed: int = 1001, split: str = "heldout", famili
         while got < per_family:
             t = task_of(seed, i, split, fam, recall_chars)
             i += 1
-            if t is None:
+            if t is None or _FLAGGED.search(json.dumps(t, ensure_ascii=False)):
                 continue
             out.append(t)
             got += 1

@@ -2,10 +2,12 @@
 what the script writes, and every task is solvable with the real built-in tools from its own
 state (files, seeded notes, fixed clock): replaying the generator's own transcript against the
 task's state gives the generator's tool results (a directory listing may show files the generator
-only added later in the session)."""
+only added later in the session), and `expect` finds the generator's own final answer but never a
+value inside a longer token (a bare "1" must not pass for "1274")."""
 
 import json
 import os
+import re
 import tempfile
 import unittest
 
@@ -15,6 +17,7 @@ from cedar_ref import data
 
 CI = os.path.join(_paths.ROOT, "tests", "eval", "ci.jsonl")
 HELDOUT = os.path.join(_paths.ROOT, "tests", "eval", "heldout.jsonl")
+RECALL8K = os.path.join(_paths.ROOT, "tests", "eval", "recall8k.jsonl")
 FIELDS = {"id", "family", "system", "tools", "files", "notes", "clock", "turns", "expect"}
 
 
@@ -37,8 +40,12 @@ class MakeEvalTasksTest(unittest.TestCase):
     def test_committed_heldout_set_is_reproducible(self):
         self.assertEqual(self._regenerate(["--per-family", "50"]), _read(HELDOUT))
 
+    def test_committed_recall8k_set_is_reproducible(self):
+        self.assertEqual(self._regenerate(["--family", "recall", "--per-family", "20", "--seed", "3004",
+                                           "--recall-chars", "32000", "38000"]), _read(RECALL8K))
+
     def test_tasks_use_builtin_tools_and_known_fields(self):
-        for path in (CI, HELDOUT):
+        for path in (CI, HELDOUT, RECALL8K):
             ids = set()
             for line in _read(path).splitlines():
                 t = json.loads(line)
@@ -47,7 +54,9 @@ class MakeEvalTasksTest(unittest.TestCase):
                 ids.add(t["id"])
                 self.assertTrue(t["tools"])
                 self.assertTrue(set(t["tools"]) <= set(data.BUILTIN_TOOLS), t["id"])
-                self.assertTrue(t["turns"] and t["expect"])
+                self.assertTrue(t["turns"])
+                self.assertEqual(set(t["expect"]), {"regex"}, t["id"])
+                self.assertLessEqual(len(t["expect"]["regex"]), 512, t["id"])  # the reader's bound
                 for p in t.get("files", {}):
                     self.assertFalse(p.startswith("/") or ".." in p.split("/"), p)
 
@@ -75,7 +84,50 @@ class MakeEvalTasksTest(unittest.TestCase):
                         else:
                             self.assertEqual(got, want, f"{t['id']}: {c['function']}")
                 final = msgs[-1]["content"]
-                self.assertIn(t["expect"], final, t["id"])
+                self.assertEqual(t["expect"], M.expect_of(str(s["expect"])), t["id"])
+                self.assertRegex(final, t["expect"]["regex"], t["id"])
+
+    def test_expect_finds_whole_numbers_only(self):
+        def ok(value, answer):
+            return re.search(M.expect_of(value)["regex"], answer) is not None
+
+        for answer in ["1", "The value is 1.", "= 1", "(1)", "1, then 2", "it is 1\n"]:
+            self.assertTrue(ok("1", answer), answer)
+        for answer in ["1274", "21", "0.1", "1.5", "-1", "HH-1", "1,234", "5,1", "2028-01-17", "1k", "x1"]:
+            self.assertFalse(ok("1", answer), answer)
+        # four digits or more: also with thousands separators, all groups or none
+        for answer in ["1234", "1,234", "total = 1234.", "is 1,234, as", "(1,234)"]:
+            self.assertTrue(ok("1234", answer), answer)
+        for answer in ["11234", "12345", "1,2345", "12,345", "1234.5", "1,234.5", "1234,567", "-1234", "HH-1234"]:
+            self.assertFalse(ok("1234", answer), answer)
+        self.assertTrue(ok("1083964154", "1,083,964,154"))
+        self.assertFalse(ok("1083964154", "1,083964,154"))
+        self.assertTrue(ok("-794", "x = -794."))
+        self.assertFalse(ok("-794", "x = 794"))
+        self.assertFalse(ok("-794", "5-794"))
+        self.assertTrue(ok("12.5", "12.5 kg"))
+        self.assertFalse(ok("12.5", "12.55"))
+        self.assertFalse(ok("12.5", "112.5"))
+        self.assertFalse(ok("2", "2.5"))  # data.format_number writes integers exactly
+
+    def test_expect_finds_whole_codes_and_words_only(self):
+        def ok(value, answer):
+            return re.search(M.expect_of(value)["regex"], answer) is not None
+
+        self.assertTrue(ok("HH-4035", "The code is HH-4035."))
+        for answer in ["HH-40351", "XHH-4035", "HH-4035.5", "HH-40"]:
+            self.assertFalse(ok("HH-4035", answer), answer)
+        self.assertTrue(ok("vamna", "It was vamna, I think."))
+        self.assertFalse(ok("vamna", "vamnas"))
+        self.assertFalse(ok("emma", "Gemma"))
+        self.assertFalse(ok("kenji", "Kenji"))  # case-sensitive, as a plain expect always was
+        self.assertTrue(ok("howekgrait.conf", "see howekgrait.conf."))
+        self.assertFalse(ok("howekgrait.conf", "howekgraitxconf"))  # the '.' is literal
+        self.assertTrue(ok("limit = 130", "limit = 130\n"))
+        self.assertFalse(ok("limit = 130", "limit = 1300"))
+        self.assertTrue(ok("2029-11-17 10:21", "2029-11-17 10:21 (Saturday)"))
+        # only ECMAScript syntax characters are escaped (std::regex and Python's re read it alike)
+        self.assertEqual(M.expect_of("a (b) = c+d")["regex"], "(?:^|[^A-Za-z0-9])a \\(b\\) = c\\+d(?![A-Za-z0-9])")
 
 
 if __name__ == "__main__":
