@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/base/log.hpp"
+#include "model/tool_grammar.hpp"
 #include "tools_mcp/json_schema.hpp"
 
 namespace cedar::runtime {
@@ -116,6 +117,8 @@ executor_actor::behavior_type executor_fn(executor_actor::stateful_pointer<execu
     p.sampling = {req.temperature, req.top_p, req.min_p, req.seed};
     p.max_new_tokens = req.max_new_tokens;
     p.stop_ids = req.stop_ids;
+    p.tool_grammar = req.tool_grammar;
+    p.reply_prefix = req.reply_prefix;
     auto first = s.core->start(req.session, req.tokens, p, path, resume_ms);
     if (!first) {
       rp.deliver(error_done(req.session, first.err().message));
@@ -458,6 +461,7 @@ struct agent_state {
   int64_t session = 0;
   agent_config cfg;
   int32_t eos = 1;
+  std::string grammar;  // tool grammar spec for every generation ("" = unconstrained)
   bool fresh = true;              // nothing generated for this session yet
   bool system_committed = false;
 
@@ -703,6 +707,7 @@ void generate(agent_ptr self, std::vector<int32_t> tokens) {
   req.max_new_tokens = s.cfg.limits.max_new_tokens;
   req.stop_ids = {s.eos};
   req.fresh = s.fresh;
+  req.tool_grammar = s.grammar;
   s.gen_t0 = std::chrono::steady_clock::now();
   s.gen_ttft_ms = -1;
   self->request(s.exec, caf::infinite, generate_atom::value, std::move(req), caf::actor_cast<caf::actor>(self))
@@ -767,11 +772,14 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
   s.eos = eos;
   // The tools this agent offers: the named ones, or every registered tool.
   std::vector<std::string> names, schemas;
+  std::vector<std::pair<std::string, std::string>> offered;
   for (const auto& t : reg->list()) {
     if (!cfg.tools.empty() && std::find(cfg.tools.begin(), cfg.tools.end(), t->name) == cfg.tools.end()) continue;
     names.push_back(t->name);
     schemas.push_back(tool_schema_json(*t));
+    offered.emplace_back(t->name, t->input_schema.dump());
   }
+  if (cfg.constrain_tool_calls) s.grammar = model::tool_grammar_spec(offered);
   s.loop = std::make_unique<agent_loop>(*tok, cfg.system_prompt, schemas, names, cfg.limits);
   if (!history.empty()) {
     s.fresh = false;

@@ -28,6 +28,7 @@ struct agent_config {
   uint64_t seed = 0;
   agent_limits limits;
   int tool_timeout_ms = 30000;
+  bool constrain_tool_calls = true;      // tool grammar (model/tool_grammar.hpp) on every reply
   std::shared_ptr<observer> obs;         // when set, the agent publishes its events there
 };
 

@@ -147,6 +147,7 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
   xo.policy = o.resume;
   if (o.kv_unquantised) xo.storage = model::kv_storage::f32_diagnostic;
   xo.backend = *want;
+  xo.tokenizer = p->tok;
   p->exec = spawn_executor(*p->sys, p->engine, o.ram_budget_mb << 20, p->store, xo);
   return std::unique_ptr<agent_runtime>(new agent_runtime(std::move(p)));
 }
@@ -177,6 +178,7 @@ static agent_config to_config(const agent_options& o, std::shared_ptr<observer> 
   c.limits.max_new_tokens = std::max(1, o.max_new_tokens);
   c.limits.max_tool_rounds = std::max(0, o.max_tool_rounds);
   c.tool_timeout_ms = std::max(1, o.tool_timeout_ms);
+  c.constrain_tool_calls = o.constrain_tool_calls;
   return c;
 }
 

@@ -85,6 +85,9 @@ struct agent_options {
   int max_new_tokens = 256;        // per model reply
   int max_tool_rounds = 8;         // model replies with tool calls per ask()
   int tool_timeout_ms = 30000;
+  // Constrained decoding of tool calls: only offered tool names, their schemas' parameter names
+  // and string/JSON forms, required parameters before a call closes (model/tool_grammar.hpp).
+  bool constrain_tool_calls = true;
 };
 
 // Streamed while a turn runs.

@@ -51,7 +51,7 @@ void add_common(CLI::App* c, agent_args& a) {
   c->add_option("--store", a.store, "session store (SQLite); default: the user's data directory");
   c->add_option("--agent", a.agent_file,
                 "agent JSON: {name, system_prompt, tools, temperature, top_p, seed, max_new_tokens, "
-                "max_tool_rounds, tool_timeout_ms}");
+                "max_tool_rounds, tool_timeout_ms, constrain_tool_calls}");
   c->add_option("--mcp-config", a.mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
   c->add_option("--files-root", a.files_root, "directory file_read/file_list may read")->capture_default_str();
   c->add_option("--session", a.session, "continue this stored session instead of starting a new one");
@@ -80,6 +80,7 @@ result<agent_options> load_agent_options(const agent_args& a) {
       o.max_new_tokens = j.value("max_new_tokens", o.max_new_tokens);
       o.max_tool_rounds = j.value("max_tool_rounds", o.max_tool_rounds);
       o.tool_timeout_ms = j.value("tool_timeout_ms", o.tool_timeout_ms);
+      o.constrain_tool_calls = j.value("constrain_tool_calls", o.constrain_tool_calls);
     } catch (const njson::exception& e) {
       return make_error(errc::invalid_format, a.agent_file + ": " + e.what());
     }

@@ -161,6 +161,7 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   ao.temperature = 0;
   ao.max_new_tokens = s.max_new_tokens;
   ao.max_tool_rounds = s.max_rounds;
+  ao.constrain_tool_calls = s.constrain_tool_calls;
   auto a = (*rt)->create_agent(ao);
   if (!a) {
     o.error = "agent: " + a.err().message;
@@ -287,6 +288,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
   j["model"] = s.model_dir.empty() ? std::string("(in-process engine)") : mp.filename().string();
   j["resume"] = policy_name(s.resume);
   j["kv"] = s.kv_unquantised ? "bf16" : "fp4";
+  j["constrained_tool_calls"] = s.constrain_tool_calls;
   j["seconds"] = seconds;
   if (!fam.empty()) {
     njson f = njson::object();
@@ -315,7 +317,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
     std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
     std::string mcp_config, family, resume = "replay", kv = "fp4", transcripts;
     int limit = -1, max_rounds = 8, max_new_tokens = 256;
-    bool json = false, details = false, exact = false;
+    bool json = false, details = false, exact = false, unconstrained = false;
   };
   auto a = std::make_shared<eval_args>();
   auto* c = app.add_subcommand("eval", "run a task file (JSON Lines) through the runtime and score it");
@@ -334,6 +336,8 @@ void add_eval_command(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"replay", "reprefill", "resident"}))
       ->capture_default_str();
   c->add_flag("--exact-resume", a->exact, "diagnostic: re-prefill the token log on every resume (= --resume reprefill)");
+  c->add_flag("--no-constrain", a->unconstrained,
+              "sample tool calls freely (default: constrained to the offered tools and their schemas)");
   c->add_option("--kv", a->kv, "global KV: fp4 (as stored) or bf16 (diagnostic: unquantised, exact resumes)")
       ->check(CLI::IsMember({"fp4", "bf16"}))
       ->capture_default_str();
@@ -368,6 +372,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
     s.kv_unquantised = a->kv == "bf16";
     s.max_rounds = std::max(0, a->max_rounds);
     s.max_new_tokens = std::max(1, a->max_new_tokens);
+    s.constrain_tool_calls = !a->unconstrained;
     auto m = model::load_model_dir(a->model_dir, /*need_tokenizer=*/true);
     if (!m) {
       std::fprintf(stderr, "cedar eval: %s\n", m.err().message.c_str());
@@ -422,11 +427,12 @@ void add_eval_command(CLI::App& app, int* exit_code) {
     njson j = njson::parse(eval_summary_json(out, s, false, secs));
     auto rate = [](const njson& v) { return v.is_null() ? std::string("n/a") : std::to_string(v.get<double>() * 100).substr(0, 5) + "%"; };
     std::printf("\n%lld/%zu tasks ok (%s), valid tool calls %s of %lld, mean turns %.2f, mean rounds %.2f, "
-                "mean prompt tokens %.1f, mean replayed tokens %.1f; resume %s, kv %s, %.1f s\n",
+                "mean prompt tokens %.1f, mean replayed tokens %.1f; resume %s, kv %s, tool calls %s, %.1f s\n",
                 (long long)j["ok"].get<int64_t>(), out.size(), rate(j["success_rate"]).c_str(),
                 rate(j["valid_tool_call_rate"]).c_str(), (long long)j["tool_calls"].get<int64_t>(),
                 j["mean_turns"].get<double>(), j["mean_rounds"].get<double>(), j["mean_prompt_tokens"].get<double>(),
-                j["mean_replayed_tokens"].get<double>(), policy_name(s.resume), s.kv_unquantised ? "bf16" : "fp4", secs);
+                j["mean_replayed_tokens"].get<double>(), policy_name(s.resume), s.kv_unquantised ? "bf16" : "fp4",
+                s.constrain_tool_calls ? "constrained" : "free", secs);
     if (j.contains("families"))
       for (const auto& [name, f] : j["families"].items())
         std::printf("  %-10s %3lld/%-3lld ok (%s), valid tool calls %s\n", name.c_str(), (long long)f["ok"].get<int64_t>(),

@@ -16,6 +16,7 @@
 #include "model/dsml.hpp"
 #include "model/engine.hpp"
 #include "model/tokenizer.hpp"
+#include "model/tool_grammar.hpp"
 #include "runtime/runtime_impl.hpp"
 
 namespace cedar::runtime {
@@ -23,6 +24,21 @@ namespace cedar::runtime {
 using njson = nlohmann::json;
 
 namespace {
+
+// The tool grammar (model/tool_grammar.hpp) of a request's OpenAI tool objects: its calls may
+// name only these functions with their parameters. "" (unconstrained) when there are none or
+// one cannot be read (the request was validated before; the model then samples freely).
+std::string grammar_of(const std::vector<std::string>& tools_json) {
+  std::vector<std::pair<std::string, std::string>> tools;
+  for (const auto& t : tools_json) {
+    auto j = nlohmann::json::parse(t, nullptr, false);
+    if (j.is_discarded() || !j.contains("function") || !j["function"].is_object()) return "";
+    const auto& f = j["function"];
+    if (!f.contains("name") || !f["name"].is_string()) return "";
+    tools.emplace_back(f["name"].get<std::string>(), f.contains("parameters") ? f["parameters"].dump() : std::string());
+  }
+  return tools.empty() ? std::string() : model::tool_grammar_spec(tools);
+}
 
 // ---- token-prefix hashes ------------------------------------------------------------------
 uint64_t hash_step(uint64_t h, int32_t t) {
@@ -519,6 +535,8 @@ result<completion_result> completion_service::complete(const completion_request&
   g.max_new_tokens = req.max_tokens;
   g.stop_ids = {tok.eos_id()};
   g.fresh = fresh;
+  g.tool_grammar = grammar_of(req.tools_json);
+  g.reply_prefix = req.forced_prefix;
 
   completion_result out;
   out.session = sess.id;

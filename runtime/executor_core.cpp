@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <optional>
 
 #include "kernels/base/log.hpp"
 
@@ -30,8 +32,54 @@ struct executor_core::gen {
   bool finishing = false;  // `last` is the final token: feed it, then finish
   bool stopped = false;
   generation_stats stats;
+  std::optional<model::tool_grammar> grammar;  // constrained tool calls
+  std::string text;                            // the reply's bytes so far (with a grammar)
+  std::vector<float> scratch;                  // logits with the rejected candidates masked
   explicit gen(const generation_params& p) : smp(p.sampling), params(p) {}
 };
+
+// One token from a row of logits: the sampler's choice, or with a tool grammar the first draw
+// that keeps the reply viable. A rejected candidate is masked (-inf) and the sampler draws again
+// from the rest; after 32 rejections every token is checked at once. Should nothing be viable
+// (cannot happen while EOS is allowed in content), the unconstrained choice stands.
+int32_t executor_core::choose(gen& g, const float* logits, int V) {
+  if (!g.grammar) return g.smp.sample(logits, V);
+  const model::tokenizer& tok = *opts_.tokenizer;
+  auto is_stop = [&](int32_t t) {
+    return t == e_.config().eos_token_id || std::find(g.params.stop_ids.begin(), g.params.stop_ids.end(), t) != g.params.stop_ids.end();
+  };
+  std::string cand;
+  auto ok = [&](int32_t t) {
+    if (is_stop(t)) return g.grammar->viable(g.text, /*at_end=*/true);
+    const std::string* b = tok.token_bytes(t);
+    cand.assign(g.text);
+    if (b) cand += *b;
+    return g.grammar->viable(cand);
+  };
+  g.scratch.assign(logits, logits + V);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int32_t first = g.smp.sample(g.scratch.data(), V);
+  int32_t t = first;
+  for (int tries = 0; tries < 32; ++tries) {
+    if (ok(t)) return t;
+    g.stats.n_masked++;
+    g.scratch[size_t(t)] = ninf;
+    t = g.smp.sample(g.scratch.data(), V);
+  }
+  bool any = false;
+  for (int32_t v = 0; v < V; ++v) {
+    if (g.scratch[size_t(v)] == ninf) continue;
+    if (ok(v)) any = true;
+    else g.scratch[size_t(v)] = ninf;
+  }
+  return any ? g.smp.sample(g.scratch.data(), V) : first;
+}
+
+// Appends a chosen token's bytes to the reply text the grammar reads.
+void executor_core::note_token(gen& g, int32_t t) {
+  if (!g.grammar) return;
+  if (const std::string* b = opts_.tokenizer->token_bytes(t)) g.text += *b;
+}
 
 executor_core::executor_core(const model::engine& e, size_t ram_budget_bytes, executor_options o)
     : e_(e), budget_(ram_budget_bytes), opts_(o) {
@@ -305,8 +353,17 @@ result<step_token> executor_core::start(int64_t session, std::span<const int32_t
   const int64_t V = e_.config().vocab_size;
   for (int32_t t : new_tokens)
     if (t < 0 || t >= V) return make_error(errc::invalid_argument, "token id " + std::to_string(t) + " outside the vocabulary");
+  std::optional<model::tool_grammar> grammar;
+  if (!p.tool_grammar.empty()) {
+    if (!opts_.tokenizer) return make_error(errc::invalid_argument, "constrained tool calls need the executor's tokenizer");
+    auto gr = model::tool_grammar::from_json(p.tool_grammar);
+    if (!gr) return gr.take_err();
+    grammar = std::move(*gr);
+  }
   resident_seq& r = touch(session);
   auto g = std::make_unique<gen>(p);
+  g->grammar = std::move(grammar);
+  if (g->grammar) g->text = p.reply_prefix;
   g->stats.path = path;
   g->stats.resume_ms = resume_ms;
   g->stats.n_prompt = int64_t(new_tokens.size());
@@ -318,7 +375,8 @@ result<step_token> executor_core::start(int64_t session, std::span<const int32_t
   auto lr = runner_->prefill(*r.seq, new_tokens, opt);
   if (!lr) return lr.take_err();
   const float* last = lr->values.data() + size_t(lr->n_rows - 1) * size_t(V);
-  int32_t tok = g->smp.sample(last, int(V));
+  int32_t tok = choose(*g, last, int(V));
+  note_token(*g, tok);
   g->stats.prefill_ms = ms_since(t0);
   g->generated.push_back(tok);
   g->last = tok;
@@ -388,7 +446,8 @@ result<std::vector<step_token>> executor_core::step() {
       gens_.erase(ids[b]);
       continue;
     }
-    int32_t tok = g.smp.sample(logits_.data() + b * size_t(V), int(V));
+    int32_t tok = choose(g, logits_.data() + b * size_t(V), int(V));
+    note_token(g, tok);
     g.generated.push_back(tok);
     g.last = tok;
     bool stop = tok == e_.config().eos_token_id ||

@@ -40,6 +40,8 @@
 #include "model/forward.hpp"
 #include "model/sampler.hpp"
 #include "model/sequence.hpp"
+#include "model/tokenizer.hpp"
+#include "model/tool_grammar.hpp"
 #include "runtime/cedar.hpp"
 #include "sessions/store.hpp"
 
@@ -55,12 +57,22 @@ struct executor_options {
   model::kv_storage storage = model::kv_storage::packed;
   // Where prefill/decode run (model/backend.hpp); cuda needs packed storage (else: cpu).
   model::backend_request backend = model::backend_request::cpu;
+  // The bytes of each token id, for constrained tool calls (generation_params::tool_grammar);
+  // without it a generation that asks for a grammar is an error.
+  std::shared_ptr<const model::tokenizer> tokenizer;
 };
 
 struct generation_params {
   model::sampler_params sampling;
   int max_new_tokens = 512;
   std::vector<int32_t> stop_ids;  // the engine's EOS is always a stop
+  // Constrained tool calls (model/tool_grammar.hpp): a JSON array of {"name", "parameters"}; a
+  // sampled token that would make a call invalid is masked and the sampler draws again.
+  // Empty: unconstrained.
+  std::string tool_grammar;
+  // Text the reply already holds before the first sampled token (prefilled with the prompt, e.g.
+  // the opening of a forced tool call): the grammar reads the reply from there.
+  std::string reply_prefix;
 };
 
 // The new KV entries of one KV source since the session's last commit.
@@ -106,6 +118,7 @@ struct generation_stats {
   double resume_ms = 0;       // restore + replay
   double prefill_ms = 0;      // prefill of the new tokens up to the first sampled token
   double decode_ms = 0;       // wall time of the decode steps this generation took part in
+  int64_t n_masked = 0;       // sampled tokens the tool grammar rejected (drawn again)
 };
 
 struct finished_generation {
@@ -174,6 +187,8 @@ class executor_core {
   };
   resident_seq& touch(int64_t session);
   turn_kv collect_delta(resident_seq& r);
+  int32_t choose(gen& g, const float* logits, int V);
+  void note_token(gen& g, int32_t t);
 
   const model::engine& e_;
   std::unique_ptr<model::backend> runner_;

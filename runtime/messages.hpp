@@ -53,11 +53,13 @@ struct gen_request {
   int32_t max_new_tokens = 256;
   std::vector<int32_t> stop_ids;
   bool fresh = false;            // a new session: nothing to restore
+  std::string tool_grammar;      // constrained tool calls (generation_params::tool_grammar)
+  std::string reply_prefix;      // generation_params::reply_prefix
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
   return f(caf::meta::type_name("gen_request"), x.session, x.tokens, x.temperature, x.top_p, x.min_p, x.seed,
-           x.max_new_tokens, x.stop_ids, x.fresh);
+           x.max_new_tokens, x.stop_ids, x.fresh, x.tool_grammar, x.reply_prefix);
 }
 
 struct kv_source_msg {

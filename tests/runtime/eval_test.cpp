@@ -3,6 +3,7 @@
 // through the real runtime on the shipped default model under each resume policy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -164,6 +165,47 @@ TEST(EvalTasks, CommittedTaskFilesParse) {
   }
 }
 
+// The committed files' expects (make_eval_tasks.py expect_of) find the value only as a whole
+// token under std::regex too: "1" must not pass for "1274". The values are those of
+// tests/eval/ci.jsonl (seed 2002); Python's re checks the same patterns in
+// tests/reference/test_make_eval_tasks.py.
+TEST(EvalTasks, CommittedExpectsMatchWholeTokensOnly) {
+  for (const char* name : {"tests/eval/ci.jsonl", "tests/eval/heldout.jsonl", "tests/eval/recall8k.jsonl"}) {
+    auto r = load_eval_tasks(src(name));
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    for (const auto& t : *r) EXPECT_FALSE(t.expect.regex.empty()) << name << ": " << t.id;
+  }
+  auto r = load_eval_tasks(src("tests/eval/ci.jsonl"));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  std::map<std::string, eval_expect> by_id;
+  for (const auto& t : *r) by_id[t.id] = t.expect;
+  struct row {
+    std::string id;
+    std::vector<std::string> match, miss;
+  };
+  const std::vector<row> rows = {
+      {"single-1",
+       {"6", "The value is 6.", "= 6\n", "(6)", "6, as asked"},
+       {"16", "61", "-6", "6.5", "0.6", "5,6", "1,6,2", "6k", "x6"}},
+      {"chain-1",
+       {"14198", "It is 14198.", "It is 14,198.", "14,198, then"},
+       {"141980", "214198", "14198.5", "1,4198", "14,1980", "-14198"}},
+      {"recall-0-d2290",
+       {"SJ-7689", "The code is SJ-7689."},
+       {"SJ-76891", "XSJ-7689", "SJ-7689.5", "SJ-768"}},
+      {"notool-0", {"Nantes", "It is Nantes."}, {"Nantesx", "ONantes", "nantes"}},
+      {"error-1", {"gisplis", "note gisplis: done"}, {"gisplisa", "agisplis", "gispli"}},
+  };
+  for (const row& w : rows) {
+    ASSERT_TRUE(by_id.count(w.id)) << w.id << " is not in tests/eval/ci.jsonl";
+    const eval_expect& e = by_id[w.id];
+    for (const auto& a : w.match)
+      EXPECT_TRUE(eval_expect_matches(e, a)) << w.id << " /" << e.regex << "/ on '" << a << "'";
+    for (const auto& a : w.miss)
+      EXPECT_FALSE(eval_expect_matches(e, a)) << w.id << " /" << e.regex << "/ on '" << a << "'";
+  }
+}
+
 // ============================================================================================
 // end to end: the CI set through the real runtime on the default model
 // ============================================================================================
@@ -292,6 +334,38 @@ TEST(EvalEndToEnd, ResumePoliciesAndUnquantisedKv) {
   EXPECT_TRUE(f32.error.empty()) << f32.error;
   EXPECT_EQ(f32.fresh, 1);
   EXPECT_EQ(f32.reprefilled, f32.rounds - 1);  // unquantised KV is never persisted: exact resumes
+}
+
+// Constrained tool calls (model/tool_grammar.hpp, on by default): offered only tools that do not
+// fit the question, the model's calls still name an offered tool with its schema's parameters.
+// Free sampling makes the same model call the calculator it was not offered (an invalid call).
+TEST(EvalEndToEnd, ConstrainedToolCallsNameOnlyOfferedTools) {
+  auto t = parse_eval_tasks(
+      R"({"id": "c1", "tools": ["clock"], "turns": ["What is 1234 * 5678?"], "expect": "7006652"})" "\n"
+      R"({"id": "c2", "tools": ["file_read", "file_list"], "turns": ["What is 17 * 23?"], "expect": "391"})");
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  eval_settings s = settings(resume_policy::replay);
+  s.max_new_tokens = 64;
+  int free_invalid = 0;
+  for (const auto& task : *t) {
+    SCOPED_TRACE(task.id);
+    s.constrain_tool_calls = true;
+    auto o = run_eval_task(task, s);
+    check_outcome(task, o, s.resume);
+    EXPECT_EQ(o.invalid_tool_calls, 0);
+    for (const eval_step& st : o.transcript)
+      if (st.role == "tool_call") {
+        EXPECT_NE(std::find(task.tools.begin(), task.tools.end(), st.tool), task.tools.end()) << st.tool;
+        EXPECT_TRUE(nlohmann::json::parse(st.arguments, nullptr, false).is_object()) << st.arguments;
+      }
+    s.constrain_tool_calls = false;
+    auto f = run_eval_task(task, s);
+    check_outcome(task, f, s.resume);
+    free_invalid += f.invalid_tool_calls;
+  }
+  EXPECT_GT(free_invalid, 0) << "the shipped model no longer reaches for unoffered tools: pick tasks that tempt it";
+  auto j = nlohmann::json::parse(eval_summary_json({}, s, false, 0.0));
+  EXPECT_EQ(j["constrained_tool_calls"], false);
 }
 
 // A task whose tool is not registered fails with a clear error and no crash.
