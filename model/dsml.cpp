@@ -14,13 +14,13 @@ namespace {
 
 constexpr std::string_view k_think_end = "</think>";
 constexpr std::string_view k_eos = "<｜end▁of▁sentence｜>";
-constexpr std::string_view k_calls_open = "<｜DSML｜ calls>";
+constexpr std::string_view k_calls_open = dsml_marker::calls_open;
 constexpr std::string_view k_calls_open_nl = "\n\n<｜DSML｜ calls>";
-constexpr std::string_view k_calls_close = "</｜DSML｜ calls>";
-constexpr std::string_view k_invoke_open = "<｜DSML｜ invoke";
-constexpr std::string_view k_invoke_close = "</｜DSML｜ invoke>";
-constexpr std::string_view k_param_open = "<｜DSML｜ parameter";
-constexpr std::string_view k_param_close = "</｜DSML｜ parameter>";
+constexpr std::string_view k_calls_close = dsml_marker::calls_close;
+constexpr std::string_view k_invoke_open = dsml_marker::invoke_open;
+constexpr std::string_view k_invoke_close = dsml_marker::invoke_close;
+constexpr std::string_view k_param_open = dsml_marker::param_open;
+constexpr std::string_view k_param_close = dsml_marker::param_close;
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 

@@ -42,6 +42,17 @@
 
 namespace cedar::model {
 
+// The DSML tags (shared with model/tool_grammar.cpp, which constrains what the parser reads).
+namespace dsml_marker {
+inline constexpr std::string_view dsml = "<｜DSML｜";
+inline constexpr std::string_view calls_open = "<｜DSML｜ calls>";
+inline constexpr std::string_view calls_close = "</｜DSML｜ calls>";
+inline constexpr std::string_view invoke_open = "<｜DSML｜ invoke";
+inline constexpr std::string_view invoke_close = "</｜DSML｜ invoke>";
+inline constexpr std::string_view param_open = "<｜DSML｜ parameter";
+inline constexpr std::string_view param_close = "</｜DSML｜ parameter>";
+}  // namespace dsml_marker
+
 enum class dsml_event_kind {
   reasoning,   // text: reasoning (thinking mode, before </think>)
   content,     // text: visible answer text

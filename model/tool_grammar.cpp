@@ -15,13 +15,15 @@
 namespace cedar::model {
 namespace {
 
-constexpr std::string_view k_dsml = "<｜DSML｜";
-constexpr std::string_view k_calls_rest = " calls>";
+// The parser's tags (dsml_marker), in the one form the grammar lets the model write them.
+constexpr std::string_view k_dsml = dsml_marker::dsml;
+constexpr std::string_view k_calls_rest = dsml_marker::calls_open.substr(dsml_marker::dsml.size());  // " calls>"
 constexpr std::string_view k_invoke = "<｜DSML｜ invoke name=\"";
-constexpr std::string_view k_calls_close = "</｜DSML｜ calls>";
+constexpr std::string_view k_calls_close = dsml_marker::calls_close;
 constexpr std::string_view k_param = "<｜DSML｜ parameter name=\"";
-constexpr std::string_view k_invoke_close = "</｜DSML｜ invoke>";
-constexpr std::string_view k_param_close = "</｜DSML｜ parameter>";
+constexpr std::string_view k_invoke_close = dsml_marker::invoke_close;
+constexpr std::string_view k_param_close = dsml_marker::param_close;
+static_assert(k_invoke.starts_with(dsml_marker::invoke_open) && k_param.starts_with(dsml_marker::param_open));
 
 enum class m { full, partial, no };
 
