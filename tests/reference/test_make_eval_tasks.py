@@ -87,6 +87,16 @@ class MakeEvalTasksTest(unittest.TestCase):
                 self.assertEqual(t["expect"], M.expect_of(str(s["expect"])), t["id"])
                 self.assertRegex(final, t["expect"]["regex"], t["id"])
 
+    def test_python_evaluator_judges_as_the_task_files(self):
+        """train_eval.answer_ok (the trainer's generation eval) uses the task files' expects."""
+        from cedar_ref import train_eval
+        for value, answer, want in [("1", "It is 1274.", False), ("1", "It is 1.", True),
+                                    ("1234", "= 1,234", True), ("1", "-1", False), ("1", "1.5", False),
+                                    ("HH-4035", "token HH-4035.", True), ("vamna", "vamnas", False)]:
+            self.assertEqual(train_eval.answer_ok(answer, value), want, (value, answer))
+            self.assertEqual(train_eval.answer_ok(answer, value),
+                             re.search(M.expect_of(value)["regex"], answer) is not None)
+
     def test_expect_finds_whole_numbers_only(self):
         def ok(value, answer):
             return re.search(M.expect_of(value)["regex"], answer) is not None

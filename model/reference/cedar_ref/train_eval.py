@@ -28,6 +28,7 @@ import torch
 
 from . import chat, data
 from .bpe import EOS
+from .expect import expect_of
 
 
 def graded_start(tok, sample) -> int:
@@ -44,8 +45,8 @@ def graded_start(tok, sample) -> int:
 
 
 def answer_ok(content: str, expect: str) -> bool:
-    pat = r"(?<![0-9A-Za-z])" + re.escape(expect) + r"(?![0-9A-Za-z])"
-    return re.search(pat, content) is not None
+    """`content` holds the value `expect` as a whole token, as cedar eval judges (expect.py)."""
+    return re.search(expect_of(expect)["regex"], content) is not None
 
 
 @torch.no_grad()
