@@ -71,6 +71,7 @@ gen_done to_msg(finished_generation& f) {
   d.resume_ms = f.stats.resume_ms;
   d.prefill_ms = f.stats.prefill_ms;
   d.decode_ms = f.stats.decode_ms;
+  d.n_masked = f.stats.n_masked;
   d.first_token = f.kv.first_token;
   d.tokens = std::move(f.kv.tokens);
   for (auto& s : f.kv.sources)
@@ -496,7 +497,8 @@ void finish_turn(agent_ptr self, std::string error = {}) {
   s.busy = false;
   note(self, "turn_end",
        njson{{"answer", s.sum.answer}, {"error", s.sum.error}, {"cancelled", s.sum.cancelled},
-             {"rounds", s.sum.rounds}, {"tool_calls", s.sum.tool_calls}, {"prompt_tokens", s.sum.prompt_tokens},
+             {"rounds", s.sum.rounds}, {"tool_calls", s.sum.tool_calls}, {"masked_tokens", s.sum.masked_tokens},
+             {"prompt_tokens", s.sum.prompt_tokens},
              {"generated_tokens", s.sum.generated_tokens}, {"replayed_tokens", s.sum.replayed_tokens},
              {"context", s.sum.context}, {"resume_path", s.sum.resume_path},
              {"first_token_ms", s.sum.first_token_ms}, {"total_ms", s.sum.total_ms}});
@@ -642,6 +644,7 @@ void on_generation(agent_ptr self, gen_done& d) {
   s.sum.rounds++;
   s.sum.prompt_tokens += d.n_prompt;
   s.sum.generated_tokens += d.n_generated;
+  s.sum.masked_tokens += d.n_masked;
   s.sum.replayed_tokens += d.n_replayed;
   s.sum.context = d.context;
   if (s.sum.resume_path.empty()) s.sum.resume_path = d.resume_path;

@@ -319,6 +319,7 @@ result<turn_result> agent::ask(const std::string& text, const std::function<void
   r.rounds = sum.rounds;
   r.tool_calls = sum.tool_calls;
   r.invalid_tool_calls = sum.invalid_tool_calls;
+  r.masked_tokens = sum.masked_tokens;
   r.resume_paths = sum.resume_paths;
   r.prompt_tokens = sum.prompt_tokens;
   r.generated_tokens = sum.generated_tokens;

@@ -109,6 +109,9 @@ struct turn_result {
   // Calls that could not run as made: malformed DSML, a tool not offered, arguments that are not
   // JSON or do not match the tool's input schema. (A tool that ran and reported an error is valid.)
   int invalid_tool_calls = 0;
+  // Sampled tokens the tool grammar rejected (agent_options::constrain_tool_calls); each was drawn
+  // again from the rest of the distribution.
+  int64_t masked_tokens = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, replayed_tokens = 0, context = 0;
   std::string resume_path;      // fresh | resident | replayed | reprefilled
   std::vector<std::string> resume_paths;  // every generation's, in order

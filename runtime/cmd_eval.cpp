@@ -211,6 +211,7 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
     o.rounds += r->rounds;
     o.tool_calls += r->tool_calls;
     o.invalid_tool_calls += r->invalid_tool_calls;
+    o.masked_tokens += r->masked_tokens;
     o.prompt_tokens += r->prompt_tokens;
     o.replayed_tokens += r->replayed_tokens;
     o.generated_tokens += r->generated_tokens;
@@ -248,12 +249,13 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
                               double seconds) {
   auto summarize = [](const std::vector<const eval_outcome*>& v) {
     njson j;
-    int64_t ok = 0, calls = 0, invalid = 0, errors = 0, turns = 0, rounds = 0, prompt = 0, replayed = 0;
+    int64_t ok = 0, calls = 0, invalid = 0, errors = 0, turns = 0, rounds = 0, prompt = 0, replayed = 0, masked = 0;
     int64_t fresh = 0, resident = 0, rep = 0, repre = 0;
     for (const eval_outcome* o : v) {
       ok += o->ok;
       calls += o->tool_calls;
       invalid += o->invalid_tool_calls;
+      masked += o->masked_tokens;
       errors += !o->error.empty();
       turns += o->turns;
       rounds += o->rounds;
@@ -268,6 +270,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
     j["tool_calls"] = calls;
     j["valid_tool_calls"] = calls - invalid;
     j["valid_tool_call_rate"] = calls ? njson(double(calls - invalid) / double(calls)) : njson(nullptr);
+    j["masked_tokens"] = masked;
     j["mean_turns"] = double(turns) / n;
     j["mean_rounds"] = double(rounds) / n;
     j["mean_prompt_tokens"] = double(prompt) / n;
@@ -300,6 +303,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
     for (const auto& o : rs)
       list.push_back({{"id", o.id}, {"family", o.family}, {"ok", o.ok}, {"error", o.error}, {"turns", o.turns},
                       {"rounds", o.rounds}, {"tool_calls", o.tool_calls}, {"invalid_tool_calls", o.invalid_tool_calls},
+                      {"masked_tokens", o.masked_tokens},
                       {"tool_errors", o.tool_errors}, {"prompt_tokens", o.prompt_tokens},
                       {"replayed_tokens", o.replayed_tokens}, {"generated_tokens", o.generated_tokens},
                       {"context", o.context}, {"round_limit", o.round_limit},

@@ -43,6 +43,7 @@ struct eval_outcome {
   bool ok = false;
   std::string error;                     // the task could not run to its end (setup or runtime)
   int turns = 0, rounds = 0, tool_calls = 0, invalid_tool_calls = 0, tool_errors = 0;
+  int64_t masked_tokens = 0;  // turn_result::masked_tokens, summed over the task's turns
   int64_t prompt_tokens = 0, replayed_tokens = 0, generated_tokens = 0, context = 0;
   int fresh = 0, resident = 0, replayed = 0, reprefilled = 0;  // resume path of every generation
   bool round_limit = false;

@@ -90,6 +90,7 @@ struct gen_done {
   std::string resume_path;
   int64_t n_prompt = 0, n_replayed = 0, n_generated = 0, context = 0;
   double resume_ms = 0, prefill_ms = 0, decode_ms = 0;
+  int64_t n_masked = 0;           // sampled tokens the tool grammar rejected
   // the turn's KV delta
   uint64_t first_token = 0;
   std::vector<int32_t> tokens;
@@ -99,8 +100,8 @@ struct gen_done {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
   return f(caf::meta::type_name("gen_done"), x.session, x.error, x.generated, x.stopped, x.resume_path, x.n_prompt,
-           x.n_replayed, x.n_generated, x.context, x.resume_ms, x.prefill_ms, x.decode_ms, x.first_token, x.tokens,
-           x.sources, x.aux);
+           x.n_replayed, x.n_generated, x.context, x.resume_ms, x.prefill_ms, x.decode_ms, x.n_masked, x.first_token,
+           x.tokens, x.sources, x.aux);
 }
 
 struct executor_status {
@@ -262,6 +263,7 @@ struct turn_summary {
   bool cancelled = false, round_limit = false;
   int32_t rounds = 0, tool_calls = 0;
   int32_t invalid_tool_calls = 0;  // turn_result::invalid_tool_calls
+  int64_t masked_tokens = 0;       // turn_result::masked_tokens
   int64_t prompt_tokens = 0, generated_tokens = 0, replayed_tokens = 0, context = 0;
   std::string resume_path;  // of the turn's first generation
   std::vector<std::string> resume_paths;  // of every generation, in order
@@ -270,7 +272,7 @@ struct turn_summary {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_summary& x) {
   return f(caf::meta::type_name("turn_summary"), x.error, x.answer, x.cancelled, x.round_limit, x.rounds, x.tool_calls,
-           x.invalid_tool_calls, x.prompt_tokens, x.generated_tokens, x.replayed_tokens, x.context, x.resume_path,
+           x.invalid_tool_calls, x.masked_tokens, x.prompt_tokens, x.generated_tokens, x.replayed_tokens, x.context, x.resume_path,
            x.resume_paths, x.first_token_ms, x.total_ms);
 }
 

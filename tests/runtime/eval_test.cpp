@@ -347,12 +347,14 @@ TEST(EvalEndToEnd, ConstrainedToolCallsNameOnlyOfferedTools) {
   eval_settings s = settings(resume_policy::replay);
   s.max_new_tokens = 64;
   int free_invalid = 0;
+  int64_t masked = 0;
   for (const auto& task : *t) {
     SCOPED_TRACE(task.id);
     s.constrain_tool_calls = true;
     auto o = run_eval_task(task, s);
     check_outcome(task, o, s.resume);
     EXPECT_EQ(o.invalid_tool_calls, 0);
+    masked += o.masked_tokens;
     for (const eval_step& st : o.transcript)
       if (st.role == "tool_call") {
         EXPECT_NE(std::find(task.tools.begin(), task.tools.end(), st.tool), task.tools.end()) << st.tool;
@@ -362,8 +364,10 @@ TEST(EvalEndToEnd, ConstrainedToolCallsNameOnlyOfferedTools) {
     auto f = run_eval_task(task, s);
     check_outcome(task, f, s.resume);
     free_invalid += f.invalid_tool_calls;
+    EXPECT_EQ(f.masked_tokens, 0);
   }
   EXPECT_GT(free_invalid, 0) << "the shipped model no longer reaches for unoffered tools: pick tasks that tempt it";
+  EXPECT_GT(masked, 0);  // greedy decoding diverged from the free run only where the grammar masked
   auto j = nlohmann::json::parse(eval_summary_json({}, s, false, 0.0));
   EXPECT_EQ(j["constrained_tool_calls"], false);
 }
