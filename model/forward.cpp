@@ -146,6 +146,7 @@ struct runner::workspace {
     std::vector<int> n_kept;      // [rows]
     std::vector<float> thr;       // [rows] the score an id must beat to be kept
   } iw[2];
+  kc::fp4_index_queries iq;       // the block's index queries in integer form (made once per block)
   std::vector<int> vis;           // [rows] visible entries of each row of the block
   std::vector<float> bscore;      // [rows, n_blocks] candidate-block maxima of the block's rows
   std::vector<int32_t> topk;    // [R, K]
@@ -524,6 +525,7 @@ struct index_block {
   float sscale;
   const uint8_t* keys;  // the source's fp4_index entries
   size_t ib;            // bytes per entry
+  const kc::fp4_index_queries* iq;  // q prepared for the integer scoring path
   float* bscore;        // [rows, nb] block maxima (candidate-source layer) or null
   int nb, bs;
   runner::workspace::index_worker* wk[2];
@@ -548,8 +550,8 @@ void index_rows_range(const index_block& b, runner::workspace::index_worker& wk,
     if (rf == b.rows) break;
     const int cn = std::min(b.chunk, t1 - c0);
     float* cs0 = wk.chunk.data();
-    kc::fp4_index_score_rows(b.q + (size_t)rf * b.Hi * b.Di, b.w + (size_t)rf * b.Hi, b.rows - rf, b.Hi,
-                             b.keys + (size_t)c0 * b.ib, cn, b.Di, b.sscale, cs0, b.ldc);
+    kc::fp4_index_score_rows(*b.iq, rf, b.q + (size_t)rf * b.Hi * b.Di, b.w + (size_t)rf * b.Hi, b.rows - rf,
+                             b.keys + (size_t)c0 * b.ib, cn, b.sscale, cs0, b.ldc);
     for (int i = rf; i < b.rows; ++i) {
       const float* cs = cs0 + (size_t)(i - rf) * b.ldc;  // cs[t - c0], t in [c0, c0 + cn)
       const int te = std::min(c0 + cn, b.vis[i]);
@@ -598,7 +600,8 @@ void index_rows_packed(runner::workspace& ws, const float* q, const float* w, co
   const int align = cand_src ? std::lcm(16, std::max(1, bs)) : 16;
   const int chunk = std::max(1, 256 / align) * align;
   const int cap = std::max(4 * K, 256);
-  index_block b{q, w, vis, rows, Hi, Di, K, cap, chunk, chunk + 16, sscale, keys, ib, nullptr, nb, bs, {}};
+  kc::fp4_index_prepare_queries(q, rows, Hi, Di, ws.iq);  // once for every key chunk of both cores
+  index_block b{q, w, vis, rows, Hi, Di, K, cap, chunk, chunk + 16, sscale, keys, ib, &ws.iq, nullptr, nb, bs, {}};
   if (cand_src) {
     b.bscore = grow(ws.bscore, (size_t)rows * std::max(1, nb));
     std::fill(b.bscore, b.bscore + (size_t)rows * nb, k_neg_inf);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -139,7 +140,421 @@ inline void fold_head(const float (&s)[k_tile], float sscale, float w, float (&a
 #endif
 }
 
+// ---- integer path (see fp4_dot.hpp "Integer path") ---------------------------------------
+
+constexpr int k_off = 12;  // key values are stored as c + 12 in [0, 24]: unsigned for vpmaddubsw
+
+// Byte of two codes -> (c_lo + 12) | (c_hi + 12) << 8, c the doubled signed E2M1 value
+// (−0 is 0).
+struct e2m1_offset_table {
+  uint16_t v[256];
+  e2m1_offset_table() {
+    for (int b = 0; b < 256; ++b) {
+      const int lo = (int)(2.0f * e2m1_decode(static_cast<uint8_t>(b & 15))) + k_off;
+      const int hi = (int)(2.0f * e2m1_decode(static_cast<uint8_t>(b >> 4))) + k_off;
+      v[b] = static_cast<uint16_t>(lo | (hi << 8));
+    }
+  }
+};
+const e2m1_offset_table k_offset_pairs;
+
+// a·2^qe of a query value, for a in the doubled E2M1 grid: true with a set, else false.
+inline bool doubled_grid_value(double x, int& a) {
+  const double m = std::fabs(x);
+  int v;
+  if (m == 0.0) v = 0;
+  else if (m == 1.0) v = 1;
+  else if (m == 2.0) v = 2;
+  else if (m == 3.0) v = 3;
+  else if (m == 4.0) v = 4;
+  else if (m == 6.0) v = 6;
+  else if (m == 8.0) v = 8;
+  else if (m == 12.0) v = 12;
+  else return false;
+  a = x < 0 ? -v : v;
+  return true;
+}
+
+// What the (row, tile) conditions need of one decoded integer tile.
+struct int_tile_info {
+  bool usable = true;  // no NaN scale byte (0xFF) among the tile's keys
+  int ke_min = 0, ke_max = 0;  // over the tile's keys and blocks
+  int spread = 0;              // max over keys of (max − min ke of the key's blocks)
+};
+
+// Decodes keys [0, kt) of the tile into tq [n/4 quads][k_tile keys][4] of c + 12 and
+// ks [n/32][k_tile] of 2^ke (exact floats; 2^-128 at byte 0), padding keys kt..15 with value
+// 0 (byte 12) and unit 1.
+void decode_tile_int(const uint8_t* keys, int kt, int n, size_t entry_bytes, uint8_t* tq, float* ks,
+                     int_tile_info& info) {
+  const int nb = n / 32, nbytes = n / 2;
+  info = int_tile_info{};
+  bool first = true;
+  for (int t = 0; t < k_tile; ++t) {
+    if (t >= kt) {
+      for (int g = 0; g < n / 4; ++g) std::memset(tq + (size_t)g * 4 * k_tile + (size_t)t * 4, k_off, 4);
+      for (int b = 0; b < nb; ++b) ks[(size_t)b * k_tile + t] = 1.0f;
+      continue;
+    }
+    const uint8_t* e = keys + (size_t)t * entry_bytes;
+    uint8_t* col = tq + (size_t)t * 4;
+    for (int j = 0; j < nbytes; j += 2) {
+      const uint32_t v = k_offset_pairs.v[e[j]] | ((uint32_t)k_offset_pairs.v[e[j + 1]] << 16);
+      std::memcpy(col + (size_t)(j / 2) * 4 * k_tile, &v, 4);
+    }
+    const uint8_t* sc = e + nbytes;
+    int lo = 1000, hi = -1000;
+    for (int b = 0; b < nb; ++b) {
+      if (sc[b] == 0xFF) info.usable = false;
+      const int ke = (int)sc[b] - 128;
+      lo = std::min(lo, ke);
+      hi = std::max(hi, ke);
+      ks[(size_t)b * k_tile + t] = k_scales.v[sc[b]] * 0.5f;  // 2^(byte−127) / 2, exact
+    }
+    info.ke_min = first ? lo : std::min(info.ke_min, lo);
+    info.ke_max = first ? hi : std::max(info.ke_max, hi);
+    info.spread = std::max(info.spread, hi - lo);
+    first = false;
+  }
+}
+
+// Whether the integer path of a row over a tile gives the fp32 path's floats (fp4_dot.hpp):
+// every product unit 2^(qe+ke) at least 2^-149, every block sum (|S| < 2^13) and their total
+// below 2^128, and for n > 32 the partial sums across blocks below 2^24 units of the smallest
+// block exponent (nb · 4608 · 2^(spread_q + spread_k) < 2^24). Also S · 2^ke below 2^128
+// (n = 32 scales by 2^ke first, then by 2^qe · sscale: see int_heads).
+inline bool int_path_exact(const fp4_index_queries::row_info& r, const int_tile_info& t, int nb) {
+  if (!r.exact || !t.usable) return false;
+  if (r.qe_min + t.ke_min < -149 || t.ke_max + 13 > 127) return false;
+  int lg = 0;
+  while ((1 << lg) < nb) ++lg;
+  if (r.qe_max + t.ke_max + 13 + lg > 127) return false;
+  if (nb > 1 && std::ldexp(4608.0 * nb, r.spread + t.spread) >= 16777216.0) return false;
+  return true;
+}
+
+// int_row: one row's index scores over an integer tile (AVX2 + FMA, else portable loops).
+#if defined(__AVX2__) && defined(__FMA__)
+// The integer sums of one 32-channel block for four heads (a0..a3: each head's 32 values of the
+// block; c0..c3 their corr): x[2h + j] holds keys 8j..8j+7 of head h, each key's 32-bit lane two
+// 16-bit partial sums (|·| ≤ 9216) that start at (corr, 0).
+inline void int_block4(const int8_t* a0, const int8_t* a1, const int8_t* a2, const int8_t* a3, int32_t c0, int32_t c1,
+                       int32_t c2, int32_t c3, const uint8_t* kb, __m256i (&x)[8]) {
+  __m256i x00 = _mm256_set1_epi32((int32_t)(uint16_t)(int16_t)c0), x01 = x00;
+  __m256i x10 = _mm256_set1_epi32((int32_t)(uint16_t)(int16_t)c1), x11 = x10;
+  __m256i x20 = _mm256_set1_epi32((int32_t)(uint16_t)(int16_t)c2), x21 = x20;
+  __m256i x30 = _mm256_set1_epi32((int32_t)(uint16_t)(int16_t)c3), x31 = x30;
+  for (int g = 0; g < 8; ++g) {
+    const __m256i k0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + (size_t)g * 4 * k_tile));
+    const __m256i k1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kb + (size_t)g * 4 * k_tile + 32));
+    int32_t v0, v1, v2, v3;
+    std::memcpy(&v0, a0 + 4 * g, 4);
+    std::memcpy(&v1, a1 + 4 * g, 4);
+    std::memcpy(&v2, a2 + 4 * g, 4);
+    std::memcpy(&v3, a3 + 4 * g, 4);
+    const __m256i q0 = _mm256_set1_epi32(v0), q1 = _mm256_set1_epi32(v1);
+    const __m256i q2 = _mm256_set1_epi32(v2), q3 = _mm256_set1_epi32(v3);
+    x00 = _mm256_add_epi16(x00, _mm256_maddubs_epi16(k0, q0));
+    x01 = _mm256_add_epi16(x01, _mm256_maddubs_epi16(k1, q0));
+    x10 = _mm256_add_epi16(x10, _mm256_maddubs_epi16(k0, q1));
+    x11 = _mm256_add_epi16(x11, _mm256_maddubs_epi16(k1, q1));
+    x20 = _mm256_add_epi16(x20, _mm256_maddubs_epi16(k0, q2));
+    x21 = _mm256_add_epi16(x21, _mm256_maddubs_epi16(k1, q2));
+    x30 = _mm256_add_epi16(x30, _mm256_maddubs_epi16(k0, q3));
+    x31 = _mm256_add_epi16(x31, _mm256_maddubs_epi16(k1, q3));
+    // one running sum per accumulator: left to itself the compiler reassociates the integer
+    // adds into trees over the quads and spills the products
+    __asm__("" : "+x"(x00), "+x"(x01), "+x"(x10), "+x"(x11), "+x"(x20), "+x"(x21), "+x"(x30), "+x"(x31));
+  }
+  x[0] = x00, x[1] = x01, x[2] = x10, x[3] = x11, x[4] = x20, x[5] = x21, x[6] = x30, x[7] = x31;
+}
+
+const int8_t k_zero_block[32] = {};  // the values of a head slot beyond n_heads
+
+// nh (1..4) heads of one row against one integer tile, each head's scores
+// s[t] = Σ_b float(S_bt) · (ks[b, t] · unit_b), blocks in order, S the exact integer dot of the
+// block (the offset's share removed by the accumulator's start value corr), folded into the
+// row's 16 scores (r0, r1) as the fp32 path folds a head (fold_head):
+// r = fma(max(s, 0) · sscale, w, r). a: the first head's values [nh, n]; unit, corr: [nh, nb];
+// w: the nh head weights. n = 32 (one block): s = S · ks · unit exactly, so
+// max(s, 0) · sscale = max(S · ks, 0) · vs with vs = unit · sscale (exact: the caller checks it
+// is a normal float), one rounding of the same real number: the same float, one multiply less.
+inline void int_heads(int nh, const int8_t* a, const float* unit, const float* vs, const int32_t* corr,
+                      const uint8_t* tq, const float* ks, int n, const float* w, float sscale, __m256& r0,
+                      __m256& r1) {
+  const int nb = n / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 z = _mm256_setzero_ps();
+  const int8_t* ah[4];
+  for (int h = 0; h < 4; ++h) ah[h] = h < nh ? a + (size_t)h * n : k_zero_block;
+  if (nb == 1) {
+    __m256i x[8];
+    int_block4(ah[0], ah[1], ah[2], ah[3], corr[0], nh > 1 ? corr[1] : 0, nh > 2 ? corr[2] : 0, nh > 3 ? corr[3] : 0,
+               tq, x);
+    const __m256 ks0 = _mm256_loadu_ps(ks), ks1 = _mm256_loadu_ps(ks + 8);
+    for (int h = 0; h < nh; ++h) {
+      const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(x[2 * h], ones)), ks0);
+      const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(x[2 * h + 1], ones)), ks1);
+      const __m256 v = _mm256_set1_ps(vs[h]), vw = _mm256_set1_ps(w[h]);
+      r0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_max_ps(z, f0), v), vw, r0);
+      r1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_max_ps(z, f1), v), vw, r1);
+    }
+    return;
+  }
+  const __m256 vsc = _mm256_set1_ps(sscale);
+  float s[4][k_tile];
+  for (int b = 0; b < nb; ++b) {
+    __m256i x[8];
+    int_block4(ah[0] + (nh > 0 ? (size_t)b * 32 : 0), ah[1] + (nh > 1 ? (size_t)b * 32 : 0),
+               ah[2] + (nh > 2 ? (size_t)b * 32 : 0), ah[3] + (nh > 3 ? (size_t)b * 32 : 0), corr[b],
+               nh > 1 ? corr[nb + b] : 0, nh > 2 ? corr[2 * nb + b] : 0, nh > 3 ? corr[3 * nb + b] : 0,
+               tq + (size_t)b * 8 * 4 * k_tile, x);
+    const __m256 ks0 = _mm256_loadu_ps(ks + (size_t)b * k_tile), ks1 = _mm256_loadu_ps(ks + (size_t)b * k_tile + 8);
+    for (int h = 0; h < nh; ++h) {
+      const __m256 u = _mm256_set1_ps(unit[h * nb + b]);
+      __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(x[2 * h], ones)), _mm256_mul_ps(ks0, u));
+      __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(x[2 * h + 1], ones)), _mm256_mul_ps(ks1, u));
+      if (b > 0) {
+        f0 = _mm256_add_ps(_mm256_loadu_ps(s[h]), f0);
+        f1 = _mm256_add_ps(_mm256_loadu_ps(s[h] + 8), f1);
+      }
+      _mm256_storeu_ps(s[h], f0);
+      _mm256_storeu_ps(s[h] + 8, f1);
+    }
+  }
+  for (int h = 0; h < nh; ++h) {
+    const __m256 vw = _mm256_set1_ps(w[h]);
+    r0 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_max_ps(z, _mm256_loadu_ps(s[h])), vsc), vw, r0);
+    r1 = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_max_ps(z, _mm256_loadu_ps(s[h] + 8)), vsc), vw, r1);
+  }
+}
+
+// One row's index scores over an integer tile into o [kt]. vs: the row's unit · sscale per
+// head (n = 32).
+void int_row(const fp4_index_queries& prep, int r, const float* w, const float* vs, const uint8_t* tq,
+             const float* ks, float sscale, float* o, int kt) {
+  const int H = prep.n_heads, n = prep.n, nb = n / 32;
+  const int8_t* a = prep.a.data() + (size_t)r * H * n;
+  const float* unit = prep.unit.data() + (size_t)r * H * nb;
+  const int32_t* corr = prep.corr.data() + (size_t)r * H * nb;
+  __m256 r0 = _mm256_setzero_ps(), r1 = r0;
+  for (int h = 0; h < H; h += 4)
+    int_heads(std::min(4, H - h), a + (size_t)h * n, unit + h * nb, vs + h, corr + h * nb, tq, ks, n, w + h, sscale,
+              r0, r1);
+  if (kt == k_tile) {
+    _mm256_storeu_ps(o, r0);
+    _mm256_storeu_ps(o + 8, r1);
+  } else {
+    float acc[k_tile];
+    _mm256_storeu_ps(acc, r0);
+    _mm256_storeu_ps(acc + 8, r1);
+    std::copy_n(acc, kt, o);
+  }
+}
+#else
+// One head's scores over an integer tile: s[t] = Σ_b float(S_bt) · (ks[b, t] · unit_b), blocks
+// in order, S the exact integer dot of the block (its offset share removed by starting at corr).
+inline void int_head(const int8_t* a, const float* unit, const int32_t* corr, const uint8_t* tq, const float* ks,
+                     int n, float (&s)[k_tile]) {
+  const int nb = n / 32;
+  for (int b = 0; b < nb; ++b) {
+    int32_t S[k_tile];
+    for (int t = 0; t < k_tile; ++t) S[t] = corr[b];
+    for (int g = 0; g < 8; ++g) {
+      const uint8_t* kg = tq + (size_t)(b * 8 + g) * 4 * k_tile;
+      const int8_t* ag = a + (size_t)b * 32 + 4 * g;
+      for (int t = 0; t < k_tile; ++t)
+        S[t] += ag[0] * kg[4 * t] + ag[1] * kg[4 * t + 1] + ag[2] * kg[4 * t + 2] + ag[3] * kg[4 * t + 3];
+    }
+    for (int t = 0; t < k_tile; ++t) {
+      const float f = (float)S[t] * (ks[(size_t)b * k_tile + t] * unit[b]);
+      s[t] = b == 0 ? f : s[t] + f;
+    }
+  }
+}
+
+// One row's index scores over an integer tile into o [kt] (the heads folded as fold_head does;
+// vs is used by the AVX2 form only).
+void int_row(const fp4_index_queries& prep, int r, const float* w, const float* vs, const uint8_t* tq,
+             const float* ks, float sscale, float* o, int kt) {
+  const int H = prep.n_heads, n = prep.n, nb = n / 32;
+  const int8_t* a = prep.a.data() + (size_t)r * H * n;
+  float acc[k_tile] = {};
+  for (int h = 0; h < H; ++h) {
+    float s[k_tile];
+    int_head(a + (size_t)h * n, prep.unit.data() + ((size_t)r * H + h) * nb,
+             prep.corr.data() + ((size_t)r * H + h) * nb, tq, ks, n, s);
+    fold_head(s, sscale, w[h], acc);
+  }
+  std::copy_n(acc, kt, o);
+}
+#endif
+
 }  // namespace
+
+void fp4_index_prepare_queries(const float* queries, int rows, int n_heads, int n, fp4_index_queries& out) {
+  assert(n > 0 && n % 32 == 0);
+  rows = std::max(rows, 0);
+  n_heads = std::max(n_heads, 0);
+  const int nb = n / 32;
+  out.rows = rows;
+  out.n_heads = n_heads;
+  out.n = n;
+  out.a.resize((size_t)rows * n_heads * n);
+  out.unit.resize((size_t)rows * n_heads * nb);
+  out.corr.resize((size_t)rows * n_heads * nb);
+  out.info.assign((size_t)rows, fp4_index_queries::row_info{});
+  for (int r = 0; r < rows; ++r) {
+    fp4_index_queries::row_info ri;
+    ri.exact = true;
+    bool any = false;
+    for (int h = 0; h < n_heads && ri.exact; ++h) {
+      int hlo = 0, hhi = 0;
+      bool hany = false;
+      for (int b = 0; b < nb && ri.exact; ++b) {
+        const size_t hb = ((size_t)r * n_heads + h) * nb + b;
+        const float* x = queries + ((size_t)r * n_heads + h) * n + (size_t)b * 32;
+        int8_t* a = out.a.data() + ((size_t)r * n_heads + h) * n + (size_t)b * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));  // NaN: caught below
+        if (amax == 0.0f) {  // all ±0 (or NaN, rejected by the value check)
+          out.unit[hb] = 1.0f;
+          out.corr[hb] = 0;
+          for (int i = 0; i < 32; ++i) {
+            a[i] = 0;
+            if (!(x[i] == 0.0f)) ri.exact = false;
+          }
+          continue;
+        }
+        if (!(amax <= std::numeric_limits<float>::max())) {
+          ri.exact = false;
+          break;
+        }
+        // the largest value lands on 8 or 12 units: amax = m·2^x, m in [0.5, 1), unit 2^(x−4)
+        int ex;
+        std::frexp(amax, &ex);
+        const int qe = ex - 4;
+        if (qe < -149 || qe > 127) {
+          ri.exact = false;
+          break;
+        }
+        const double inv = std::ldexp(1.0, -qe);  // x · 2^-qe is exact in double
+        int sum = 0;
+        for (int i = 0; i < 32; ++i) {
+          int v;
+          if (!doubled_grid_value((double)x[i] * inv, v)) {
+            ri.exact = false;
+            break;
+          }
+          a[i] = static_cast<int8_t>(v);
+          sum += v;
+        }
+        out.unit[hb] = (float)std::ldexp(1.0, qe);
+        out.corr[hb] = -k_off * sum;
+        hlo = hany ? std::min(hlo, qe) : qe;
+        hhi = hany ? std::max(hhi, qe) : qe;
+        hany = true;
+      }
+      if (hany) {
+        ri.qe_min = any ? std::min(ri.qe_min, hlo) : hlo;
+        ri.qe_max = any ? std::max(ri.qe_max, hhi) : hhi;
+        ri.spread = std::max(ri.spread, hhi - hlo);
+        any = true;
+      }
+    }
+    if (!ri.exact) ri = fp4_index_queries::row_info{};
+    out.info[(size_t)r] = ri;
+  }
+}
+
+void fp4_index_score_rows(const fp4_index_queries& prep, int row0, const float* queries, const float* weights,
+                          int rows, const uint8_t* keys, int n_keys, float sscale, float* out, int ldo) {
+  const int n = prep.n, n_heads = prep.n_heads, nb = n / 32;
+  assert(n > 0 && n % 32 == 0 && row0 >= 0 && row0 + rows <= prep.rows);
+  if (rows <= 0 || n_keys <= 0) return;
+  if (n_heads <= 0) {
+    for (int r = 0; r < rows; ++r) std::fill_n(out + (size_t)r * ldo, n_keys, 0.0f);
+    return;
+  }
+  const size_t eb = fp4_index_bytes(n);
+  const size_t lr = (size_t)n_heads * n;  // floats per token row of queries
+  thread_local std::vector<float> tile_buf, ks_buf;
+  thread_local std::vector<uint8_t> tq_buf;
+  if (tile_buf.size() < (size_t)n * k_tile) tile_buf.resize((size_t)n * k_tile);
+  if (tq_buf.size() < (size_t)n * k_tile + 32) tq_buf.resize((size_t)n * k_tile + 32);
+  if (ks_buf.size() < (size_t)nb * k_tile) ks_buf.resize((size_t)nb * k_tile);
+  float* tile = tile_buf.data();
+  uint8_t* tq = tq_buf.data();
+  float* ks = ks_buf.data();
+  // Rows that take the integer path where the tile allows it: exact rows whose unit · sscale
+  // (n = 32, see int_heads) is a normal float. agg: the conditions of all of them at once, so a
+  // tile that suits every row skips the per-row test.
+  thread_local std::vector<float> vs_buf;
+  thread_local std::vector<uint8_t> row_int;
+  if (vs_buf.size() < (size_t)rows * n_heads) vs_buf.resize((size_t)rows * n_heads);
+  if (row_int.size() < (size_t)rows) row_int.resize((size_t)rows);
+  fp4_index_queries::row_info agg;
+  agg.exact = true;
+  bool any_int = false, first = true;
+  for (int r = 0; r < rows; ++r) {
+    const fp4_index_queries::row_info& ri = prep.info[(size_t)(row0 + r)];
+    bool ok = ri.exact;
+    for (int h = 0; h < n_heads && ok; ++h) {
+      const float v = prep.unit[((size_t)(row0 + r) * n_heads + h) * nb] * sscale;
+      vs_buf[(size_t)r * n_heads + h] = v;
+      ok = nb > 1 || (std::isnormal(v) && std::isnormal(sscale));
+    }
+    row_int[(size_t)r] = ok;
+    any_int = any_int || ok;
+    if (!ok) {
+      agg.exact = false;
+      continue;
+    }
+    agg.qe_min = first ? ri.qe_min : std::min(agg.qe_min, ri.qe_min);
+    agg.qe_max = first ? ri.qe_max : std::max(agg.qe_max, ri.qe_max);
+    agg.spread = std::max(agg.spread, ri.spread);
+    first = false;
+  }
+  for (int t0 = 0; t0 < n_keys; t0 += k_tile) {
+    const int kt = std::min(k_tile, n_keys - t0);
+    const uint8_t* kp = keys + (size_t)t0 * eb;
+    int_tile_info ti;
+    ti.usable = false;
+    if (any_int) decode_tile_int(kp, kt, n, eb, tq, ks, ti);  // once for every row of the block
+    const bool all_int = agg.exact && int_path_exact(agg, ti, nb);
+    bool have_f32 = false;
+    for (int r = 0; r < rows; ++r) {
+      const float* wr = weights + (size_t)r * n_heads;
+      float* o = out + (size_t)r * ldo + t0;
+      if (all_int || (row_int[(size_t)r] && int_path_exact(prep.info[(size_t)(row0 + r)], ti, nb))) {
+        int_row(prep, row0 + r, wr, vs_buf.data() + (size_t)r * n_heads, tq, ks, sscale, o, kt);
+        continue;
+      }
+      if (!have_f32) {
+        decode_tile(kp, kt, n, eb, tile);
+        have_f32 = true;
+      }
+      const float* qr = queries + (size_t)r * lr;
+      float acc[k_tile] = {};
+      int h = 0;
+      for (; h + 4 <= n_heads; h += 4) {
+        float s4[4][k_tile];
+        dot4(qr + (size_t)h * n, qr + (size_t)(h + 1) * n, qr + (size_t)(h + 2) * n, qr + (size_t)(h + 3) * n,
+             tile, n, s4);
+        for (int j = 0; j < 4; ++j) fold_head(s4[j], sscale, wr[h + j], acc);
+      }
+      for (; h < n_heads; ++h) {
+        float s1[k_tile];
+        dot1(qr + (size_t)h * n, tile, n, s1);
+        fold_head(s1, sscale, wr[h], acc);
+      }
+      if (kt == k_tile)
+        std::memcpy(o, acc, sizeof acc);  // fixed length: vector moves, not a call
+      else
+        std::copy_n(acc, kt, o);
+    }
+  }
+}
 
 void fp4_index_score_rows(const float* queries, const float* weights, int rows, int n_heads, const uint8_t* keys,
                           int n_keys, int n, float sscale, float* out, int ldo) {
@@ -149,37 +564,9 @@ void fp4_index_score_rows(const float* queries, const float* weights, int rows, 
     for (int r = 0; r < rows; ++r) std::fill_n(out + (size_t)r * ldo, n_keys, 0.0f);
     return;
   }
-  const size_t eb = fp4_index_bytes(n);
-  const size_t lr = (size_t)n_heads * n;  // floats per token row of queries
-  thread_local std::vector<float> tile_buf;
-  if (tile_buf.size() < (size_t)n * k_tile) tile_buf.resize((size_t)n * k_tile);
-  float* tile = tile_buf.data();
-  for (int t0 = 0; t0 < n_keys; t0 += k_tile) {
-    const int kt = std::min(k_tile, n_keys - t0);
-    decode_tile(keys + (size_t)t0 * eb, kt, n, eb, tile);  // once for every row of the block
-    for (int r = 0; r < rows; ++r) {
-      const float* qr = queries + (size_t)r * lr;
-      const float* wr = weights + (size_t)r * n_heads;
-      float acc[k_tile] = {};
-      int h = 0;
-      for (; h + 4 <= n_heads; h += 4) {
-        float s4[4][k_tile];
-        dot4(qr + (size_t)h * n, qr + (size_t)(h + 1) * n, qr + (size_t)(h + 2) * n, qr + (size_t)(h + 3) * n, tile,
-             n, s4);
-        for (int j = 0; j < 4; ++j) fold_head(s4[j], sscale, wr[h + j], acc);
-      }
-      for (; h < n_heads; ++h) {
-        float s1[k_tile];
-        dot1(qr + (size_t)h * n, tile, n, s1);
-        fold_head(s1, sscale, wr[h], acc);
-      }
-      float* o = out + (size_t)r * ldo + t0;
-      if (kt == k_tile)
-        for (int l = 0; l < k_tile; ++l) o[l] = acc[l];  // fixed length: vector stores, not a call
-      else
-        std::copy_n(acc, kt, o);
-    }
-  }
+  thread_local fp4_index_queries prep;
+  fp4_index_prepare_queries(queries, rows, n_heads, n, prep);
+  fp4_index_score_rows(prep, 0, queries, weights, rows, keys, n_keys, sscale, out, ldo);
 }
 
 void fp4_index_score_row(const float* queries, const float* weights, int n_heads, const uint8_t* keys, int n_keys,
