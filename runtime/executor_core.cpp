@@ -38,30 +38,33 @@ struct executor_core::gen {
   explicit gen(const generation_params& p) : smp(p.sampling), params(p) {}
 };
 
+// A token that ends the generation: the engine's EOS or one of the request's stop ids.
+static bool is_stop_token(int32_t t, int32_t eos, const std::vector<int32_t>& stop_ids) {
+  return t == eos || std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end();
+}
+
 // One token from a row of logits: the sampler's choice, or with a tool grammar the first draw
-// that keeps the reply viable. A rejected candidate is masked (-inf) and the sampler draws again
-// from the rest; after 32 rejections every token is checked at once. Should nothing be viable
-// (cannot happen while EOS is allowed in content), the unconstrained choice stands.
+// that keeps the reply viable. A rejected candidate is masked (-inf) in a copy of the row and the
+// sampler draws again from the rest; after 32 rejections every token is checked at once. Should
+// nothing be viable (cannot happen while EOS is allowed in content), the first choice stands.
 int32_t executor_core::choose(gen& g, const float* logits, int V) {
-  if (!g.grammar) return g.smp.sample(logits, V);
+  const int32_t first = g.smp.sample(logits, V);
+  if (!g.grammar) return first;
   const model::tokenizer& tok = *opts_.tokenizer;
-  auto is_stop = [&](int32_t t) {
-    return t == e_.config().eos_token_id || std::find(g.params.stop_ids.begin(), g.params.stop_ids.end(), t) != g.params.stop_ids.end();
-  };
   std::string cand;
   auto ok = [&](int32_t t) {
-    if (is_stop(t)) return g.grammar->viable(g.text, /*at_end=*/true);
+    if (is_stop_token(t, e_.config().eos_token_id, g.params.stop_ids)) return g.grammar->viable(g.text, /*at_end=*/true);
     const std::string* b = tok.token_bytes(t);
     cand.assign(g.text);
     if (b) cand += *b;
     return g.grammar->viable(cand);
   };
+  if (ok(first)) return first;  // the common case: no copy of the row
   g.scratch.assign(logits, logits + V);
   const float ninf = -std::numeric_limits<float>::infinity();
-  const int32_t first = g.smp.sample(g.scratch.data(), V);
   int32_t t = first;
   for (int tries = 0; tries < 32; ++tries) {
-    if (ok(t)) return t;
+    if (tries > 0 && ok(t)) return t;
     g.stats.n_masked++;
     g.scratch[size_t(t)] = ninf;
     t = g.smp.sample(g.scratch.data(), V);
@@ -380,9 +383,7 @@ result<step_token> executor_core::start(int64_t session, std::span<const int32_t
   g->stats.prefill_ms = ms_since(t0);
   g->generated.push_back(tok);
   g->last = tok;
-  auto is_stop = [&](int32_t t) {
-    return t == e_.config().eos_token_id || std::find(p.stop_ids.begin(), p.stop_ids.end(), t) != p.stop_ids.end();
-  };
+  auto is_stop = [&](int32_t t) { return is_stop_token(t, e_.config().eos_token_id, p.stop_ids); };
   if (is_stop(tok) || p.max_new_tokens <= 1) {
     g->finishing = true;
     g->stopped = is_stop(tok);
@@ -450,8 +451,7 @@ result<std::vector<step_token>> executor_core::step() {
     note_token(g, tok);
     g.generated.push_back(tok);
     g.last = tok;
-    bool stop = tok == e_.config().eos_token_id ||
-                std::find(g.params.stop_ids.begin(), g.params.stop_ids.end(), tok) != g.params.stop_ids.end();
+    bool stop = is_stop_token(tok, e_.config().eos_token_id, g.params.stop_ids);
     if (stop || int(g.generated.size()) >= g.params.max_new_tokens) {
       g.finishing = true;
       g.stopped = stop;
