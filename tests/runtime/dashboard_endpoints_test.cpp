@@ -295,7 +295,14 @@ TEST_F(DashboardEndpoints, ForkAtATurnThenResumeTheFork) {
 
   auto [rs, rj] = post("/api/dash/sessions/" + std::to_string(fork) + "/resume", R"({"message":"And 5 * 5?"})");
   ASSERT_EQ(rs, 202) << rj.dump();
-  njson after = wait_idle(fork, 1);
+  // 202 means accepted, not started: the fork already has a finished turn summary (inherited),
+  // so wait for the resumed turn itself to be committed before reading the session.
+  njson after;
+  for (int i = 0; i < 1200; ++i) {
+    after = wait_idle(fork, 1);
+    if (!after.is_discarded() && after["turns"].get<int>() > 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   EXPECT_GT(after["turns"].get<int>(), 1);
   EXPECT_TRUE(after["held"].get<bool>());
   const njson& t = after["turn_summaries"].back();
