@@ -142,6 +142,7 @@ struct dev_block {
   const float* gate_bias = nullptr;
   dev_expert shared;
   const qmatrix *w1s = nullptr, *w3s = nullptr, *w2s = nullptr;  // device arrays [E]
+  qmatrix x1, x3, x2;  // expert 0's device views: the format and shape every expert has
   qmatrix eg_table, eg_wkv;
   const float* eg_qk = nullptr;
 };
@@ -352,6 +353,7 @@ status cuda_backend::upload_weights() {
       auto p3 = upload_array(w3.data(), sizeof(qmatrix) * w3.size());
       auto p2 = upload_array(w2.data(), sizeof(qmatrix) * w2.size());
       if (!p1 || !p3 || !p2) return make_error(errc::unavailable, "cuda backend: expert descriptor upload failed");
+      d.x1 = w1[0], d.x3 = w3[0], d.x2 = w2[0];
       d.w1s = static_cast<const qmatrix*>(*p1);
       d.w3s = static_cast<const qmatrix*>(*p3);
       d.w2s = static_cast<const qmatrix*>(*p2);
@@ -703,6 +705,16 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     }
   }
 
+  auto gemv_item = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy) {
+    kcu::qgemv_params p;
+    p.w = w;
+    p.m = B;
+    p.x = in;
+    p.ldx = ldx;
+    p.y = out;
+    p.ldy = ldy;
+    return p;
+  };
   auto gemv = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy, bool acc = false) -> status {
     kcu::qgemv_params p;
     p.w = w;
@@ -752,11 +764,24 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       // --- attention site: mixes (apre, post, comb), collapse with the previous pre ---
       CEDAR_TRY(mhc_site(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, apre, pre, b.attn_norm));
       // --- compressor: a new entry (or a pending row) of this KV source ---
+      // every projection of the normalised hidden row x in one grouped launch: q_a, kv, the
+      // compressor's kv and gate, the indexer's head weights
+      const bool indexed = li.ratio > 0 && ha.has_indexer;
+      {
+        kcu::qgemv_params it[5];
+        int n = 0;
+        it[n++] = gemv_item(b.wq_a, x, d, qr, ql);
+        it[n++] = gemv_item(b.wkv, x, d, kvr, hd);
+        if (ha.has_compressor) {
+          it[n++] = gemv_item(b.c_wkv, x, d, ckv, hd);
+          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate, hd);
+        }
+        if (indexed) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi);
+        CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+      }
       if (ha.has_compressor) {
         const int si = seqs[0]->source_of_layer(l);
         const size_t k0 = (size_t)si * B;
-        CEDAR_TRY(gemv(b.c_wkv, x, d, ckv, hd));
-        if (li.ratio > 1) CEDAR_TRY(gemv(b.c_wgate, x, d, cgate, hd));
         kcu::compressor_params cp;
         cp.R = B, cp.hd = hd, cp.ratio = li.ratio, cp.eps = eps, cp.kv = ckv, cp.gate = li.ratio > 1 ? cgate : nullptr;
         cp.norm = b.c_norm;
@@ -777,20 +802,22 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       // --- attention ---
       const float* rc = li.ratio > 0 ? d_cosc : d_cosm;
       const float* rs = li.ratio > 0 ? d_sinc : d_sinm;
-      CEDAR_TRY(gemv(b.wq_a, x, d, qr, ql));
       CEDAR_TRY(kcu::rms_norm(qr, b.q_norm, qr, B, ql, eps, stream_));
-      CEDAR_TRY(gemv(b.wq_b, qr, ql, q, H * hd));
-      CEDAR_TRY(gemv(b.wkv, x, d, kvr, hd));
+      {  // the projections of the normalised q latent: q heads, indexer queries
+        kcu::qgemv_params it[2];
+        int n = 0;
+        it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd);
+        if (indexed) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di);
+        CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+      }
       CEDAR_TRY(kcu::rms_norm(kvr, b.kv_norm, kvr, B, hd, eps, stream_));
       CEDAR_TRY(kcu::rope_rows(q, B, H, hd, np, rc, rs, false, stream_));
       CEDAR_TRY(kcu::rope_rows(kvr, B, 1, hd, np, rc, rs, false, stream_));
       CEDAR_TRY(kcu::pack_fp8_swa(kvr, B, hd, (uint8_t* const*)at(o_rdst) + (size_t)l * B, stream_));
       int src = -1;
       if (li.ratio > 0) src = seqs[0]->source_of_layer(li.kv_source);
-      if (li.ratio > 0 && ha.has_indexer) {
+      if (indexed) {
         const int Ev = ecap[(size_t)l];
-        CEDAR_TRY(gemv(b.i_wq_b, qr, ql, qi, Hi * Di));
-        CEDAR_TRY(gemv(b.i_wproj, x, d, wts, Hi));
         CEDAR_TRY(kcu::rope_rows(qi, B, Hi, Di, np, d_cosc, d_sinc, false, stream_));
         CEDAR_TRY(kcu::fp4_index_fake_quant(qi, B * Hi, Di, stream_));
         CEDAR_TRY(kcu::scale_values(wts, B * Hi, 1.0f / std::sqrt((float)Hi), stream_));
@@ -848,23 +875,30 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       // --- FFN site: mixes (pre for the next block, post, comb), collapse with apre ---
       CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, b.ffn_norm));
       // --- MoE: shared expert into y, routed experts added in expert-id order ---
+      {  // the projections of x: the shared expert's w1 and w3, the router's gate
+        kcu::qgemv_params it[3];
+        int n = 0;
+        if (!b.shared.w1.empty()) {
+          it[n++] = gemv_item(b.shared.w1, x, d, h, 2 * F);
+          it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F);
+        }
+        if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E);
+        if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+      }
       if (!b.shared.w1.empty()) {
-        CEDAR_TRY(gemv(b.shared.w1, x, d, h, 2 * F));
-        CEDAR_TRY(gemv(b.shared.w3, x, d, h + F, 2 * F));
         CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
         CEDAR_TRY(gemv(b.shared.w2, act, F, y, d));
       } else {
         CEDAR_CU(cudaMemsetAsync(y, 0, sizeof(float) * (size_t)B * d, stream_), "cuda backend: memset");
       }
       if (E > 0 && KE > 0) {
-        CEDAR_TRY(gemv(b.gate, x, d, gl, E));
         kcu::moe_route_params rp;
         rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
         rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
         CEDAR_TRY(kcu::moe_route(rp, stream_));
-        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, sel, B, KE, x, d, F, h2, stream_));
+        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, stream_));
         CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, stream_));
-        CEDAR_TRY(kcu::moe_down(b.w2s, sel, B, KE, act2, F, d, ye, stream_));
+        CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, stream_));
         CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
       }
       CEDAR_TRY(kcu::hc_expand(X, y, post, comb, B, hc, d, stream_));

@@ -1,6 +1,7 @@
 // compressor — see compressor.cuh. One block per row, a thread per channel.
 #include "kernels/cuda/compressor.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 
 #include <string>
 
@@ -8,6 +9,7 @@ namespace cedar::kernels::cuda {
 namespace {
 
 __global__ void compressor_kernel(compressor_params p) {
+  pdl_entry();
   extern __shared__ float lat[];  // [hd]
   __shared__ float part[32];
   const int r = blockIdx.x, hd = p.hd;
@@ -58,7 +60,7 @@ status compressor_step(const compressor_params& p, cudaStream_t stream) {
     return make_error(errc::invalid_argument, "compressor_step: bad shape (rows " + std::to_string(p.R) + ", hd " +
                                                   std::to_string(p.hd) + ", ratio " + std::to_string(p.ratio) +
                                                   ") or null pointer");
-  compressor_kernel<<<p.R, 128, sizeof(float) * (size_t)p.hd, stream>>>(p);
+  launch_kernel(compressor_kernel, p.R, 128, sizeof(float) * (size_t)p.hd, stream, p);
   CEDAR_CUDA_LAUNCHED("compressor_step");
   return {};
 }

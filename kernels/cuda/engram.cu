@@ -1,5 +1,6 @@
 // engram — see engram.cuh. One block per (row, stream): three block sums, then the update.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/engram.cuh"
 
@@ -9,6 +10,7 @@ namespace cedar::kernels::cuda {
 namespace {
 
 __global__ void engram_gate_kernel(float* X, const float* kv, const float* qk, int hc, int d, float eps) {
+  pdl_entry();
   __shared__ float part[3][32];
   const int r = blockIdx.x, k = blockIdx.y;
   float* h = X + ((size_t)r * hc + k) * d;
@@ -53,7 +55,7 @@ status engram_gate(float* X, const float* kv, const float* qk, int R, int hc, in
   if (R <= 0 || hc <= 0 || d <= 0 || !X || !kv || !qk)
     return make_error(errc::invalid_argument, "engram_gate: bad shape (rows " + std::to_string(R) + ", hc " +
                                                   std::to_string(hc) + ", d " + std::to_string(d) + ") or null pointer");
-  engram_gate_kernel<<<dim3((unsigned)R, (unsigned)hc), 256, 0, stream>>>(X, kv, qk, hc, d, eps);
+  launch_kernel(engram_gate_kernel, dim3((unsigned)R, (unsigned)hc), 256, 0, stream, X, kv, qk, hc, d, eps);
   CEDAR_CUDA_LAUNCHED("engram_gate");
   return {};
 }

@@ -1,5 +1,6 @@
 // gather — see gather.cuh. One block per gathered row or span.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/gather.cuh"
 #include "kernels/cuda/qmatrix_device.cuh"
 
@@ -9,6 +10,7 @@ namespace cedar::kernels::cuda {
 namespace {
 
 __global__ void embed_rows_kernel(qmatrix t, const int32_t* tok, int copies, float* X) {
+  pdl_entry();
   const int r = blockIdx.x;
   const int64_t d = t.cols;
   const int64_t row = tok[r];
@@ -19,6 +21,7 @@ __global__ void embed_rows_kernel(qmatrix t, const int32_t* tok, int copies, flo
 }
 
 __global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, int layer, int n_cols, float* out) {
+  pdl_entry();
   const int r = blockIdx.x, j = blockIdx.y;
   const int64_t w = t.cols;
   const int64_t row = ids[((int64_t)r * n_layers + layer) * n_cols + j];
@@ -27,6 +30,7 @@ __global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, i
 }
 
 __global__ void copy_spans_kernel(const uint8_t* const* src, uint8_t* const* dst, const uint32_t* len) {
+  pdl_entry();
   const int i = blockIdx.x;
   const uint8_t* s = src[i];
   uint8_t* d = dst[i];
@@ -38,7 +42,7 @@ __global__ void copy_spans_kernel(const uint8_t* const* src, uint8_t* const* dst
 status embed_rows(const qmatrix& table, const int32_t* tok, int R, int copies, float* X, cudaStream_t stream) {
   if (R <= 0 || copies <= 0 || table.empty() || !tok || !X)
     return make_error(errc::invalid_argument, "embed_rows: empty shape or null pointer (rows " + std::to_string(R) + ")");
-  embed_rows_kernel<<<R, 256, 0, stream>>>(table, tok, copies, X);
+  launch_kernel(embed_rows_kernel, R, 256, 0, stream, table, tok, copies, X);
   CEDAR_CUDA_LAUNCHED("embed_rows");
   return {};
 }
@@ -48,7 +52,7 @@ status table_rows(const qmatrix& table, const int64_t* ids, int R, int n_layers,
   if (R <= 0 || n_cols <= 0 || layer < 0 || layer >= n_layers || table.empty() || !ids || !out)
     return make_error(errc::invalid_argument, "table_rows: bad shape or null pointer (rows " + std::to_string(R) +
                                                   ", layer " + std::to_string(layer) + " of " + std::to_string(n_layers) + ")");
-  table_rows_kernel<<<dim3((unsigned)R, (unsigned)n_cols), 128, 0, stream>>>(table, ids, n_layers, layer, n_cols, out);
+  launch_kernel(table_rows_kernel, dim3((unsigned)R, (unsigned)n_cols), 128, 0, stream, table, ids, n_layers, layer, n_cols, out);
   CEDAR_CUDA_LAUNCHED("table_rows");
   return {};
 }
@@ -57,7 +61,7 @@ status copy_spans(const uint8_t* const* src, uint8_t* const* dst, const uint32_t
   if (n < 0 || (n > 0 && (!src || !dst || !len)))
     return make_error(errc::invalid_argument, "copy_spans: null pointer");
   if (n == 0) return {};
-  copy_spans_kernel<<<n, 128, 0, stream>>>(src, dst, len);
+  launch_kernel(copy_spans_kernel, n, 128, 0, stream, src, dst, len);
   CEDAR_CUDA_LAUNCHED("copy_spans");
   return {};
 }

@@ -1,5 +1,6 @@
 // indexer — see indexer.cuh.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
@@ -25,6 +26,7 @@ __device__ __forceinline__ bool score_masked(const index_scores_params& p, int r
 }
 
 __global__ void index_scores_kernel(index_scores_params p) {
+  pdl_entry();
   extern __shared__ float smem[];
   const int r = blockIdx.y, Hi = p.Hi, Di = p.Di;
   float* qs = smem;            // [Hi, Di]
@@ -58,6 +60,7 @@ __global__ void index_scores_kernel(index_scores_params p) {
 
 template <int DI>
 __global__ void __launch_bounds__(k_score_threads) index_scores_fixed_kernel(index_scores_params p) {
+  pdl_entry();
   extern __shared__ float smem[];
   const int r = blockIdx.y, Hi = p.Hi;
   float* qs = smem;            // [Hi, DI]
@@ -98,6 +101,7 @@ __global__ void __launch_bounds__(k_score_threads) index_scores_fixed_kernel(ind
 // ---- candidate blocks ------------------------------------------------------------------------
 __global__ void block_max_kernel(const float* score, const int* vis, int R, int E, int block, int nb,
                                  float* bscore) {
+  pdl_entry();
   const int r = blockIdx.y, b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= nb) return;
   const float* s = score + (size_t)r * E;
@@ -117,6 +121,7 @@ __device__ inline uint32_t order_key(float x) {
 }
 
 __global__ void topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout) {
+  pdl_entry();
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix, s_mask, s_need;
   __shared__ int s_count[k_topk_threads];
@@ -211,6 +216,7 @@ __global__ void topk_kernel(const float* score, int E, int K, int32_t* ids, int*
 }
 
 __global__ void ids_to_mask_kernel(const int32_t* ids, const int* n, int K, int nb, uint8_t* allowed) {
+  pdl_entry();
   const int r = blockIdx.x;
   uint8_t* m = allowed + (size_t)r * nb;
   for (int b = threadIdx.x; b < nb; b += blockDim.x) m[b] = 0;
@@ -226,7 +232,7 @@ status ids_to_mask(const int32_t* ids, const int* n, int R, int K, int nb, uint8
     return make_error(errc::invalid_argument, "cuda::ids_to_mask: R " + std::to_string(R) + ", K " +
                                                   std::to_string(K) + ", nb " + std::to_string(nb));
   if (R == 0) return {};
-  ids_to_mask_kernel<<<(unsigned)R, 128, 0, stream>>>(ids, n, K, nb, allowed);
+  launch_kernel(ids_to_mask_kernel, (unsigned)R, 128, 0, stream, ids, n, K, nb, allowed);
   CEDAR_CUDA_LAUNCHED("cuda::ids_to_mask");
   return {};
 }
@@ -242,10 +248,10 @@ status index_scores(const index_scores_params& p, cudaStream_t stream) {
   if (smem > 48 * 1024) return bad("Hi·Di too large for one block's query");
   dim3 grid((unsigned)((p.E + k_score_threads - 1) / k_score_threads), (unsigned)p.R);
   switch (p.Di) {
-    case 32: index_scores_fixed_kernel<32><<<grid, k_score_threads, smem, stream>>>(p); break;
-    case 64: index_scores_fixed_kernel<64><<<grid, k_score_threads, smem, stream>>>(p); break;
-    case 128: index_scores_fixed_kernel<128><<<grid, k_score_threads, smem, stream>>>(p); break;
-    default: index_scores_kernel<<<grid, k_score_threads, smem, stream>>>(p); break;
+    case 32: launch_kernel(index_scores_fixed_kernel<32>, grid, k_score_threads, smem, stream, p); break;
+    case 64: launch_kernel(index_scores_fixed_kernel<64>, grid, k_score_threads, smem, stream, p); break;
+    case 128: launch_kernel(index_scores_fixed_kernel<128>, grid, k_score_threads, smem, stream, p); break;
+    default: launch_kernel(index_scores_kernel, grid, k_score_threads, smem, stream, p); break;
   }
   CEDAR_CUDA_LAUNCHED("cuda::index_scores");
   return {};
@@ -257,7 +263,7 @@ status block_max(const float* score, const int* vis, int R, int E, int block, in
     return make_error(errc::invalid_argument, "cuda::block_max: block " + std::to_string(block) + ", nb " + std::to_string(nb));
   if (R == 0 || nb == 0) return {};
   dim3 grid((unsigned)((nb + 127) / 128), (unsigned)R);
-  block_max_kernel<<<grid, 128, 0, stream>>>(score, vis, R, E, block, nb, bscore);
+  launch_kernel(block_max_kernel, grid, 128, 0, stream, score, vis, R, E, block, nb, bscore);
   CEDAR_CUDA_LAUNCHED("cuda::block_max");
   return {};
 }
@@ -267,7 +273,7 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
     return make_error(errc::invalid_argument, "cuda::topk: R " + std::to_string(R) + ", E " + std::to_string(E) +
                                                   ", K " + std::to_string(K));
   if (R == 0) return {};
-  topk_kernel<<<(unsigned)R, k_topk_threads, 0, stream>>>(score, E, K, ids, n);
+  launch_kernel(topk_kernel, (unsigned)R, k_topk_threads, 0, stream, score, E, K, ids, n);
   CEDAR_CUDA_LAUNCHED("cuda::topk");
   return {};
 }

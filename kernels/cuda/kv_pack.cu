@@ -2,6 +2,7 @@
 // blocks per warp, half-warp reductions); block maxima over |x| bit patterns as the CPU takes
 // them; explicit _rn intrinsics so no multiply-add is contracted where the CPU rounds twice.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kv_pack.cuh"
 
 #include <string>
@@ -60,6 +61,7 @@ __device__ inline float group_amax(float x, int width) {
 
 __global__ void rope_rows_kernel(float* x, int nvec, int n, int np, const float* cos, const float* sin,
                                  float sg) {
+  pdl_entry();
   const int r = blockIdx.x;
   for (int t = threadIdx.x; t < nvec * np; t += blockDim.x) {
     const int v = t / np, i = t % np;
@@ -73,6 +75,7 @@ __global__ void rope_rows_kernel(float* x, int nvec, int n, int np, const float*
 
 // One warp per 32 channels: codes + UE8M0 scale (fp8_swa_pack).
 __global__ void pack_fp8_swa_kernel(const float* x, int n, uint8_t* const* dst) {
+  pdl_entry();
   const int r = blockIdx.x;
   uint8_t* out = dst[r];
   if (!out) return;
@@ -93,6 +96,7 @@ __global__ void pack_fp8_swa_kernel(const float* x, int n, uint8_t* const* dst) 
 
 // One warp per 32 channels = two E4M3-scaled 16-channel blocks (fp4_kv_pack).
 __global__ void pack_fp4_kv_kernel(const float* x, int n, uint8_t* const* dst) {
+  pdl_entry();
   const int r = blockIdx.x;
   uint8_t* out = dst[r];
   if (!out) return;
@@ -111,6 +115,7 @@ __global__ void pack_fp4_kv_kernel(const float* x, int n, uint8_t* const* dst) {
 
 // One warp per 32 channels, UE8M0 scale (fp4_index_pack); fake = write decoded values back.
 __global__ void fp4_index_kernel(float* xf, const float* x, int n, uint8_t* const* dst) {
+  pdl_entry();
   const int r = blockIdx.x;
   uint8_t* out = dst ? dst[r] : nullptr;
   if (dst && !out) return;
@@ -132,6 +137,7 @@ __global__ void fp4_index_kernel(float* xf, const float* x, int n, uint8_t* cons
 }
 
 __global__ void scale_kernel(float* x, int n, float s) {
+  pdl_entry();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= s;
 }
@@ -154,42 +160,42 @@ status rope_rows(float* x, int R, int nvec, int n, int np, const float* cos, con
     return make_error(errc::invalid_argument, "rope_rows: bad shape (rows " + std::to_string(R) + ", n " +
                                                   std::to_string(n) + ", pairs " + std::to_string(np) +
                                                   ") or null pointer");
-  rope_rows_kernel<<<R, 128, 0, stream>>>(x, nvec, n, np, cos, sin, inverse ? -1.0f : 1.0f);
+  launch_kernel(rope_rows_kernel, R, 128, 0, stream, x, nvec, n, np, cos, sin, inverse ? -1.0f : 1.0f);
   CEDAR_CUDA_LAUNCHED("rope_rows");
   return {};
 }
 
 status pack_fp8_swa(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
   CEDAR_TRY(check("pack_fp8_swa", R, n, 32, x, dst));
-  pack_fp8_swa_kernel<<<R, block_threads(n), 0, stream>>>(x, n, dst);
+  launch_kernel(pack_fp8_swa_kernel, R, block_threads(n), 0, stream, x, n, dst);
   CEDAR_CUDA_LAUNCHED("pack_fp8_swa");
   return {};
 }
 
 status pack_fp4_kv(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
   CEDAR_TRY(check("pack_fp4_kv", R, n, 32, x, dst));  // warps own 32 channels: n % 32
-  pack_fp4_kv_kernel<<<R, block_threads(n), 0, stream>>>(x, n, dst);
+  launch_kernel(pack_fp4_kv_kernel, R, block_threads(n), 0, stream, x, n, dst);
   CEDAR_CUDA_LAUNCHED("pack_fp4_kv");
   return {};
 }
 
 status pack_fp4_index(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
   CEDAR_TRY(check("pack_fp4_index", R, n, 32, x, dst));
-  fp4_index_kernel<<<R, block_threads(n), 0, stream>>>(nullptr, x, n, dst);
+  launch_kernel(fp4_index_kernel, R, block_threads(n), 0, stream, nullptr, x, n, dst);
   CEDAR_CUDA_LAUNCHED("pack_fp4_index");
   return {};
 }
 
 status fp4_index_fake_quant(float* x, int rows, int n, cudaStream_t stream) {
   CEDAR_TRY(check("fp4_index_fake_quant", rows, n, 32, x, x));
-  fp4_index_kernel<<<rows, block_threads(n), 0, stream>>>(x, x, n, nullptr);
+  launch_kernel(fp4_index_kernel, rows, block_threads(n), 0, stream, x, x, n, nullptr);
   CEDAR_CUDA_LAUNCHED("fp4_index_fake_quant");
   return {};
 }
 
 status scale_values(float* x, int n, float s, cudaStream_t stream) {
   if (n <= 0 || !x) return make_error(errc::invalid_argument, "scale_values: empty or null");
-  scale_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x, n, s);
+  launch_kernel(scale_kernel, (n + 255) / 256, 256, 0, stream, x, n, s);
   CEDAR_CUDA_LAUNCHED("scale_values");
   return {};
 }

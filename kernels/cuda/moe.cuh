@@ -4,7 +4,7 @@
 //                 (ties to the lower id); weights s / Σ s (when renormalised and K > 1) ×
 //                 routed_scaling_factor;
 //   moe_up        h[i] = [w1[e] · x_r ; w3[e] · x_r] for every (row r, slot k) item i = r·K + k,
-//                 e = sel[i] (a warp per output row, the expert's matrices picked by the item);
+//                 e = sel[i] (qgemv_expert: the expert's matrices picked on the device);
 //   swiglu_rows   a = silu(min(gate, limit)) · clamp(up, ±limit) · row weight;
 //   moe_down      ye[i] = w2[e] · a[i];
 //   moe_combine   y[r] += Σ_k ye[r·K + k], in ascending expert id (the CPU adds experts in id
@@ -34,14 +34,15 @@ struct moe_route_params {
 };
 status moe_route(const moe_route_params& p, cudaStream_t stream);
 
-// h [R·K, 2F]; w1, w3: [E] views [F, d]; x [R, d].
-status moe_up(const qmatrix* w1, const qmatrix* w3, const int32_t* sel, int R, int K, const float* x, int d, int F,
-              float* h, cudaStream_t stream);
+// h [R·K, 2F]; w1, w3: [E] views [F, d] (device arrays); like1, like3: copies of one expert's
+// views (every expert has their format and shape).
+status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3, const int32_t* sel,
+              int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream);
 // a [n, F] from h [n, 2F] = [gate | up]; row_weight [n] or null (1).
 status swiglu_rows(const float* h, int n, int F, float limit, const float* row_weight, float* a, cudaStream_t stream);
 // ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F].
-status moe_down(const qmatrix* w2, const int32_t* sel, int R, int K, const float* a, int F, int d, float* ye,
-                cudaStream_t stream);
+status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
+                int d, float* ye, cudaStream_t stream);
 // y [R, d] += the K rows of ye of each row, in ascending expert id.
 status moe_combine(float* y, const float* ye, const int32_t* sel, int R, int K, int d, cudaStream_t stream);
 

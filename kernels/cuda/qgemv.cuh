@@ -50,6 +50,25 @@ status qgemv(const qgemv_params& p, cudaStream_t stream);
 constexpr int k_qgemv_group_max = 16;
 status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream);
 
+// Projections whose matrix is picked on the device (a token's routed experts): item i
+// (0 ≤ i < n) computes y[i, 0 : A] = wa[sel[i]] · x[i / x_div] and, when wb is given,
+// y[i, A : A + B] = wb[sel[i]] · x[i / x_div] (A, B the rows of like_a, like_b). wa, wb are
+// device arrays of views (device pointers), one per expert, all of like_a's (like_b's) format
+// and shape: the launch is chosen, and the shapes checked, on those copies of one expert's views. Same schedule and sums as qgemv at
+// m = 1 (a vector load per lane, not an element per lane): each item streams its expert once.
+struct qgemv_expert_params {
+  const qmatrix* wa = nullptr;  // [E] device array
+  const qmatrix* wb = nullptr;  // [E] device array, or null
+  qmatrix like_a, like_b;       // one expert's views (device pointers): format, shape, alignment
+  const int32_t* sel = nullptr; // [n] expert ids (device)
+  int n = 0, x_div = 1;
+  const float* x = nullptr;     // [n / x_div, ldx]
+  int ldx = 0;
+  float* y = nullptr;           // [n, ldy], ldy ≥ A + B
+  int ldy = 0;
+};
+status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
+
 // y[m, n] = x[m, n] · rsqrt(mean(x²) + eps) · weight[n] (MODEL_SPEC §1 RMSNorm), fp32, one
 // block per row. x and y may alias.
 status rms_norm(const float* x, const float* weight, float* y, int m, int n, float eps,

@@ -6,6 +6,7 @@
 // too few (row, head group) pairs to fill the GPU, so the keys are cut into whole-tile ranges,
 // each block leaves its (max, sum, output) in the workspace and a second kernel folds them.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 
@@ -29,6 +30,7 @@ __device__ __forceinline__ uint32_t load4(const uint8_t* p) {
 // its key range's partial state (max, sum, unnormalised output) to p.workspace for
 // sparse_attention_combine.
 __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int splits) {
+  pdl_entry();
   extern __shared__ float smem[];
   const int r = blockIdx.x, h0 = blockIdx.y * hb, split = blockIdx.z;
   const int nh = min(hb, p.H - h0);
@@ -188,6 +190,7 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
 // One block per (row, head): folds the splits' partial states and the sink (an empty split
 // has max −inf and contributes nothing).
 __global__ void sparse_attention_combine(sparse_attention_params p, int splits) {
+  pdl_entry();
   const int r = blockIdx.x, h = blockIdx.y, D = p.D;
   const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
   const float* po = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h) * splits * D;
@@ -270,10 +273,10 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
     smem_optin = smem;
   }
   dim3 grid((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)splits);
-  sparse_attention_kernel<<<grid, k_threads, smem, stream>>>(p, hb, splits);
+  launch_kernel(sparse_attention_kernel, grid, k_threads, smem, stream, p, hb, splits);
   CEDAR_CUDA_LAUNCHED("cuda::sparse_attention");
   if (splits > 1) {
-    sparse_attention_combine<<<dim3((unsigned)p.R, (unsigned)p.H), 128, 0, stream>>>(p, splits);
+    launch_kernel(sparse_attention_combine, dim3((unsigned)p.R, (unsigned)p.H), 128, 0, stream, p, splits);
     CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (combine)");
   }
   return {};

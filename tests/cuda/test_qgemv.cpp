@@ -323,3 +323,94 @@ TEST(cuda_qgemv_grouped, mixed_formats_match_the_oracle) {
 }
 
 }  // namespace
+
+// qgemv_expert: each item's expert picked on the device from arrays of views, two matrices
+// stacked in the output (w1 | w3) or one (w2), x rows shared by K items; every output against
+// the oracle of the expert the item names; padding past the rows never written.
+TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
+  CEDAR_REQUIRE_GPU();
+  struct spec {
+    kc::weight_format f;
+    int64_t rows, cols;
+    int br, E, R, K;
+    bool two;
+  };
+  for (const spec& sp : {spec{F::bf16, 96, 512, 1, 5, 3, 2, true}, spec{F::f8_e4m3, 64, 1024, 32, 4, 2, 2, true},
+                         spec{F::fp4_e2m1, 128, 2048, 1, 6, 5, 3, false}, spec{F::f32, 40, 264, 1, 3, 4, 1, true},
+                         spec{F::bf16, 2048, 768, 1, 3, 1, 2, false}}) {
+    std::mt19937 g(99u + (unsigned)sp.rows + (unsigned)sp.f);
+    std::vector<host_weight> wa, wb;
+    std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+    std::vector<kc::qmatrix> va, vb;
+    auto view = [&](const host_weight& h) {
+      keep.push_back(std::make_unique<dev_array<uint8_t>>(h.data));
+      kc::qmatrix q;
+      q.format = h.fmt, q.rows = h.rows, q.cols = h.cols, q.data = keep.back()->p;
+      if (!h.scales.empty()) {
+        keep.push_back(std::make_unique<dev_array<uint8_t>>(h.scales));
+        q.scale_e8m0 = keep.back()->p;
+      }
+      q.scale_block_rows = h.block_rows, q.scale_cols = (h.cols + 31) / 32;
+      return q;
+    };
+    for (int e = 0; e < sp.E; ++e) {
+      wa.push_back(make_weight(g, sp.f, sp.rows, sp.cols, sp.br));
+      va.push_back(view(wa.back()));
+      if (sp.two) {
+        wb.push_back(make_weight(g, sp.f, sp.rows, sp.cols, sp.br));
+        vb.push_back(view(wb.back()));
+      }
+    }
+    const int n = sp.R * sp.K, out = (int)sp.rows * (sp.two ? 2 : 1), ldy = out + 5;
+    std::vector<int32_t> sel((size_t)n);
+    for (int i = 0; i < n; ++i) sel[(size_t)i] = (int32_t)(g() % (uint32_t)sp.E);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x((size_t)sp.R * sp.cols);
+    for (auto& v : x) v = nd(g);
+    dev_array<uint8_t> da(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(va.data()),
+                                               reinterpret_cast<const uint8_t*>(va.data() + va.size())));
+    dev_array<uint8_t> db(sp.two ? std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(vb.data()),
+                                                        reinterpret_cast<const uint8_t*>(vb.data() + vb.size()))
+                                 : std::vector<uint8_t>(1));
+    dev_array<int32_t> dsel(sel);
+    dev_array<float> dx(x), dy(std::vector<float>((size_t)n * ldy, std::nanf("")));
+    cu::qgemv_expert_params p;
+    p.wa = reinterpret_cast<const kc::qmatrix*>(da.p);
+    p.wb = sp.two ? reinterpret_cast<const kc::qmatrix*>(db.p) : nullptr;
+    p.like_a = va[0];
+    if (sp.two) p.like_b = vb[0];
+    p.sel = dsel.p, p.n = n, p.x_div = sp.K, p.x = dx.p, p.ldx = (int)sp.cols, p.y = dy.p, p.ldy = ldy;
+    const auto st = cu::qgemv_expert(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = dy.download();
+    for (int i = 0; i < n; ++i) {
+      const int e = sel[(size_t)i];
+      const float* xr = x.data() + (size_t)(i / sp.K) * sp.cols;
+      for (int o = 0; o < out; ++o) {
+        const host_weight& h = o < sp.rows ? wa[(size_t)e] : wb[(size_t)e];
+        const int64_t r = o < sp.rows ? o : o - sp.rows;
+        double s = 0, mag = 0;
+        for (int64_t k = 0; k < sp.cols; ++k) {
+          const double t = (double)h.value[(size_t)(r * sp.cols + k)] * xr[k];
+          s += t, mag += std::fabs(t);
+        }
+        const double got = y[(size_t)i * ldy + o];
+        ASSERT_TRUE(std::isfinite(got)) << "item " << i << " output " << o << " not written";
+        ASSERT_LE(std::fabs(got - s) / (mag + 1e-30), 2e-6) << "item " << i << " (expert " << e << ") output " << o;
+      }
+      for (int o = out; o < ldy; ++o) EXPECT_TRUE(std::isnan(y[(size_t)i * ldy + o])) << "padding written";
+    }
+  }
+  // a mismatched second matrix is an error that names it
+  cu::qgemv_expert_params p;
+  std::vector<float> host(64, 1.0f);
+  dev_array<float> d(host);
+  p.wa = reinterpret_cast<const kc::qmatrix*>(d.p), p.wb = p.wa, p.sel = reinterpret_cast<const int32_t*>(d.p);
+  p.like_a.format = F::bf16, p.like_a.rows = 2, p.like_a.cols = 8, p.like_a.data = d.p;
+  p.like_b = p.like_a, p.like_b.format = F::f32;
+  p.n = 1, p.x = d.p, p.ldx = 8, p.y = d.p, p.ldy = 4;
+  const auto st = cu::qgemv_expert(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("differs from the first"), std::string::npos) << st.err().message;
+}

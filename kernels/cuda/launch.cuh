@@ -1,0 +1,56 @@
+// launch — how every op of kernels/cuda starts its kernels: Programmatic Dependent Launch.
+//
+// A decode step is a chain of several hundred small kernels, each waiting for the one before.
+// Launched plainly, a kernel's blocks are scheduled only after the previous kernel has fully
+// drained; with PDL (Hopper, sm_90) the next kernel is launched while the previous one is still
+// running, its blocks wait at their first instruction, and the launch latency and ramp-up
+// overlap the previous kernel's tail (in a captured CUDA graph the edges become programmatic).
+//
+// The contract, for every __global__ function of kernels/cuda:
+//   1. its first statement is pdl_entry(): griddepcontrol.wait (block until the previous grid in
+//      the stream has completed and its memory is visible), then launch_dependents (let the next
+//      grid be scheduled). Nothing is read or written before the wait, so a kernel sees every
+//      write of all kernels before it (each waited for its own predecessor: the order is
+//      transitive) and never overwrites what a running predecessor still reads;
+//   2. it is launched through launch_kernel, which sets the PDL attribute (unless turned off:
+//      CEDAR_CUDA_PDL=0, or set_pdl(false)).
+// tests/check_pdl_entry.py checks (1) for every kernel in CI. On a GPU without PDL the
+// attribute and the instructions are no-ops.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace cedar::kernels::cuda {
+
+__device__ __forceinline__ void pdl_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches carry the PDL attribute: CEDAR_CUDA_PDL=0 in the environment turns it off
+// (read once); set_pdl overrides (tests, benchmarks comparing both).
+bool pdl_enabled();
+void set_pdl(bool on);
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute. Errors surface through
+// cudaGetLastError (CEDAR_CUDA_LAUNCHED) like a <<<>>> launch's.
+template <class... P, class... A>
+cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+}  // namespace cedar::kernels::cuda

@@ -1,0 +1,217 @@
+// The mHC mixes (kernels/cuda/mhc.cuh) and the MoE routing / element kernels
+// (kernels/cuda/moe.cuh) against host oracles written from MODEL_SPEC §6 / §1 (the CPU path's
+// formulas, in double where the order of sums does not matter), over shapes that take each
+// launch form: hc² ≤ 32 (a warp per row) and larger hc (a thread per row), float4 and scalar
+// channels, one and several rows; outputs NaN-poisoned before each launch.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/mhc.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace cu = cedar::kernels::cuda;
+using cedar::test::dev_array;
+
+namespace {
+
+std::vector<float> randn(std::mt19937& g, size_t n, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+TEST(cuda_mhc, post_mixes_and_sinkhorn_match_the_oracle) {
+  CEDAR_REQUIRE_GPU();
+  for (int hc : {1, 2, 4, 5, 6, 8}) {
+    for (int R : {1, 7}) {
+      const int iters = 20, mix = (2 + hc) * hc;
+      const float eps = 1e-6f;
+      std::mt19937 g((unsigned)(hc * 100 + R));
+      const auto mixes = randn(g, (size_t)R * mix, 1.0f), base = randn(g, (size_t)mix, 0.5f);
+      const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
+      dev_array<float> dm(mixes), db(base), ds(scale), dpre((size_t)R * hc), dpost((size_t)R * hc),
+          dcomb((size_t)R * hc * hc);
+      dpre.poison(), dpost.poison(), dcomb.poison();
+      cu::hc_post_params p;
+      p.R = R, p.hc = hc, p.sinkhorn_iters = iters, p.eps = eps, p.mixes = dm.p, p.base = db.p, p.scale = ds.p;
+      p.pre = dpre.p, p.post = dpost.p, p.comb = dcomb.p;
+      ASSERT_TRUE(cu::hc_post(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto pre = dpre.download(), post = dpost.download(), comb = dcomb.download();
+      for (int r = 0; r < R; ++r) {
+        const float* m = mixes.data() + (size_t)r * mix;
+        for (int k = 0; k < hc; ++k) {
+          EXPECT_NEAR(pre[(size_t)r * hc + k], sigmoid(m[k] * 0.7 + base[k]) + eps, 2e-6) << "hc " << hc;
+          EXPECT_NEAR(post[(size_t)r * hc + k], 2 * sigmoid(m[hc + k] * 1.3 + base[hc + k]), 4e-6) << "hc " << hc;
+        }
+        std::vector<double> c((size_t)hc * hc);
+        for (int j = 0; j < hc; ++j) {
+          double mx = -1e300, s = 0;
+          for (int k = 0; k < hc; ++k) mx = std::max(mx, (double)m[2 * hc + j * hc + k] * 0.9 + base[2 * hc + j * hc + k]);
+          for (int k = 0; k < hc; ++k) s += c[(size_t)j * hc + k] = std::exp(m[2 * hc + j * hc + k] * 0.9 + base[2 * hc + j * hc + k] - mx);
+          for (int k = 0; k < hc; ++k) c[(size_t)j * hc + k] = c[(size_t)j * hc + k] / s + eps;
+        }
+        auto cols = [&] {
+          for (int k = 0; k < hc; ++k) {
+            double s = 0;
+            for (int j = 0; j < hc; ++j) s += c[(size_t)j * hc + k];
+            for (int j = 0; j < hc; ++j) c[(size_t)j * hc + k] /= s + eps;
+          }
+        };
+        cols();
+        for (int it = 0; it < iters - 1; ++it) {
+          for (int j = 0; j < hc; ++j) {
+            double s = 0;
+            for (int k = 0; k < hc; ++k) s += c[(size_t)j * hc + k];
+            for (int k = 0; k < hc; ++k) c[(size_t)j * hc + k] /= s + eps;
+          }
+          cols();
+        }
+        for (int i = 0; i < hc * hc; ++i)
+          ASSERT_NEAR(comb[(size_t)r * hc * hc + i], c[(size_t)i], 1e-5) << "hc " << hc << " row " << r << " elem " << i;
+      }
+    }
+  }
+}
+
+TEST(cuda_mhc, collapse_norm_and_expand_match_the_oracle) {
+  CEDAR_REQUIRE_GPU();
+  for (int hc : {1, 4, 6}) {
+    for (int d : {64, 2048, 2050, 7168}) {
+      for (int R : {1, 3}) {
+        std::mt19937 g((unsigned)(hc * 7 + d + R));
+        const auto X = randn(g, (size_t)R * hc * d, 1.0f), pre = randn(g, (size_t)R * hc, 0.5f),
+                   w = randn(g, (size_t)d, 1.0f), y = randn(g, (size_t)R * d, 1.0f),
+                   post = randn(g, (size_t)R * hc, 1.0f), comb = randn(g, (size_t)R * hc * hc, 0.5f);
+        const float eps = 1e-6f;
+        dev_array<float> dX(X), dpre(pre), dw(w), dx((size_t)R * d), dy(y), dpost(post), dcomb(comb);
+        dx.poison();
+        ASSERT_TRUE(cu::hc_collapse_norm(dX.p, dpre.p, dw.p, dx.p, R, hc, d, eps, nullptr).ok());
+        ASSERT_TRUE(cu::hc_expand(dX.p, dy.p, dpost.p, dcomb.p, R, hc, d, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto x = dx.download(), Xn = dX.download();
+        for (int r = 0; r < R; ++r) {
+          std::vector<double> v((size_t)d);
+          double ss = 0;
+          for (int i = 0; i < d; ++i) {
+            for (int k = 0; k < hc; ++k) v[(size_t)i] += (double)pre[(size_t)r * hc + k] * X[((size_t)r * hc + k) * d + i];
+            ss += v[(size_t)i] * v[(size_t)i];
+          }
+          const double inv = 1 / std::sqrt(ss / d + eps);
+          for (int i = 0; i < d; ++i) {
+            const double want = w[(size_t)i] * v[(size_t)i] * inv;
+            ASSERT_NEAR(x[(size_t)r * d + i], want, 1e-5 * (std::fabs(want) + 1)) << "hc " << hc << " d " << d << " i " << i;
+          }
+          for (int k = 0; k < hc; ++k)
+            for (int i = 0; i < d; ++i) {
+              double want = (double)post[(size_t)r * hc + k] * y[(size_t)r * d + i];
+              for (int j = 0; j < hc; ++j)
+                want += (double)comb[((size_t)r * hc + j) * hc + k] * X[((size_t)r * hc + j) * d + i];
+              ASSERT_NEAR(Xn[((size_t)r * hc + k) * d + i], want, 1e-5 * (std::fabs(want) + 1))
+                  << "expand hc " << hc << " d " << d << " stream " << k << " i " << i;
+            }
+        }
+      }
+    }
+  }
+}
+
+// Routing: the K largest sqrt(softplus(logit)) + bias, ties to the lower id, weights
+// renormalised × scale; tied scores are planted (equal logits and biases on chosen ids).
+TEST(cuda_moe, routing_matches_the_oracle_ties_to_the_lower_id) {
+  CEDAR_REQUIRE_GPU();
+  struct rc {
+    int R, E, K;
+    bool renorm;
+  };
+  for (const rc& c : {rc{1, 16, 2, true}, rc{5, 8, 1, true}, rc{3, 64, 6, true}, rc{2, 384, 8, false},
+                      rc{4, 1500, 3, true}}) {
+    std::mt19937 g((unsigned)(c.E * 13 + c.K));
+    auto lg = randn(g, (size_t)c.R * c.E, 1.5f);
+    auto bias = randn(g, (size_t)c.E, 0.1f);
+    // ties: expert 2·i+1 gets expert 2·i's logit and bias in row 0 (the lower id must win)
+    for (int i = 0; i + 1 < std::min(c.E, 8); i += 2) lg[(size_t)i + 1] = lg[(size_t)i], bias[(size_t)i + 1] = bias[(size_t)i];
+    dev_array<float> dl(lg), db(bias), dwt((size_t)c.R * c.K);
+    dev_array<int32_t> dsel((size_t)c.R * c.K);
+    dwt.poison(), dsel.poison();
+    cu::moe_route_params p;
+    p.R = c.R, p.E = c.E, p.K = c.K, p.logits = dl.p, p.bias = db.p, p.renormalise = c.renorm, p.route_scale = 1.5f;
+    p.sel = dsel.p, p.weight = dwt.p;
+    ASSERT_TRUE(cu::moe_route(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto sel = dsel.download();
+    const auto wt = dwt.download();
+    for (int r = 0; r < c.R; ++r) {
+      std::vector<int> ord((size_t)c.E);
+      std::vector<float> sc((size_t)c.E);
+      for (int i = 0; i < c.E; ++i) {
+        const float x = lg[(size_t)r * c.E + i];
+        sc[(size_t)i] = std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x))) + bias[(size_t)i];
+        ord[(size_t)i] = i;
+      }
+      std::stable_sort(ord.begin(), ord.end(), [&](int a, int b) { return sc[(size_t)a] > sc[(size_t)b]; });
+      double sum = 0;
+      for (int k = 0; k < c.K; ++k) sum += sc[(size_t)ord[(size_t)k]] - bias[(size_t)ord[(size_t)k]];
+      for (int k = 0; k < c.K; ++k) {
+        const int e = ord[(size_t)k];
+        ASSERT_EQ(sel[(size_t)r * c.K + k], e) << "E " << c.E << " row " << r << " slot " << k;
+        const double s = sc[(size_t)e] - bias[(size_t)e];
+        const double want = (c.renorm && c.K > 1 ? s / sum : s) * 1.5;
+        EXPECT_NEAR(wt[(size_t)r * c.K + k], want, 1e-5 * (want + 1)) << "E " << c.E << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(cuda_moe, swiglu_and_combine_match_the_oracle) {
+  CEDAR_REQUIRE_GPU();
+  for (int F : {24, 768, 1000}) {
+    const int n = 6, K = 3, R = n / K;
+    std::mt19937 g((unsigned)F);
+    const auto h = randn(g, (size_t)n * 2 * F, 3.0f), rw = randn(g, (size_t)n, 1.0f);
+    dev_array<float> dh(h), drw(rw), da((size_t)n * F);
+    for (float limit : {0.0f, 2.5f}) {
+      da.poison();
+      ASSERT_TRUE(cu::swiglu_rows(dh.p, n, F, limit, drw.p, da.p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto a = da.download();
+      for (int r = 0; r < n; ++r)
+        for (int i = 0; i < F; ++i) {
+          double gt = h[(size_t)r * 2 * F + i], up = h[(size_t)r * 2 * F + F + i];
+          if (limit > 0) up = std::clamp(up, (double)-limit, (double)limit), gt = std::min(gt, (double)limit);
+          const double want = gt * sigmoid(gt) * up * rw[(size_t)r];
+          ASSERT_NEAR(a[(size_t)r * F + i], want, 1e-5 * (std::fabs(want) + 1)) << "F " << F << " limit " << limit;
+        }
+    }
+    // combine: y[r] += ye rows of r in ascending expert id (ids given out of order)
+    const int d = F;
+    const std::vector<int32_t> sel = {7, 2, 5, 0, 9, 3};
+    const auto y0 = randn(g, (size_t)R * d, 1.0f), ye = randn(g, (size_t)n * d, 1.0f);
+    dev_array<float> dy(y0), dye(ye);
+    dev_array<int32_t> ds(sel);
+    ASSERT_TRUE(cu::moe_combine(dy.p, dye.p, ds.p, R, K, d, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y = dy.download();
+    for (int r = 0; r < R; ++r) {
+      std::vector<int> slot = {0, 1, 2};
+      std::sort(slot.begin(), slot.end(), [&](int a, int b) { return sel[(size_t)r * K + a] < sel[(size_t)r * K + b]; });
+      for (int i = 0; i < d; ++i) {
+        float want = y0[(size_t)r * d + i];  // the same fp32 additions in the same order
+        for (int s : slot) want += ye[((size_t)r * K + s) * d + i];
+        ASSERT_EQ(y[(size_t)r * d + i], want) << "row " << r << " i " << i;
+      }
+    }
+  }
+}
