@@ -13,19 +13,27 @@
 // One step (B rows, one token per sequence), in file order of decode_rows():
 //   host: positions, RoPE cos/sin, Engram hash ids, ring/source pointers, window bounds,
 //         which rows complete a compressor group -> one pinned blob, one upload;
-//   device: embedding -> per layer [Engram] -> mHC mixes -> collapse+norm -> [compressor:
-//         pending rows or a new entry: latent, index key, RoPE, FP4 packing appended in
-//         place] -> q/kv projections, RoPE, FP8 ring write -> [indexer: FP4 query, scores over
-//         the packed keys, candidate pool, top-k] -> sparse attention over ring + selected
-//         entries + sink -> inverse RoPE, wo_a groups, wo_b -> expand -> mHC -> collapse+norm
-//         -> shared expert + routed experts (routing on the device) -> expand; head;
+//   device: embedding -> per layer [Engram] -> mHC site (one pass over the streams: the mix
+//         projection's partials + the collapse x; then the flat norm, mixes and Sinkhorn) ->
+//         the projections of x, RMS-normalised as they read it, in one grouped launch (q_a,
+//         kv, compressor kv/gate, indexer weights) -> [compressor: pending rows
+//         or a new entry; index key and latent each normed/rotated/packed in one kernel,
+//         appended in place] -> q_b and indexer queries (q_norm inside the projection) -> this
+//         token's SWA entry (norm, RoPE, FP8 into the ring slot, one kernel) -> [indexer: RoPE +
+//         FP4 round trip of the queries, scores over the packed keys, candidate pool, top-k] ->
+//         sparse attention over ring + selected entries + sink (q's RoPE applied as it is read,
+//         the inverse on the output as it is written) -> wo_a groups, wo_b -> expand -> mHC
+//         site -> shared expert w1/w3 + router gate (one grouped launch), routed experts
+//         (routing on the device; x normed as they read it) -> expand; head;
 //   back: the logits and every new cache byte of the step (ring slots, appended entries,
 //         pending rows) gathered into one staging buffer -> one download -> written into the
 //         host sequences, whose tokens and n-gram history are committed as the runner does.
-// Numerics: the CPU path's formulas; fp32 sums in another order (GEMV trees, online softmax),
-// so logits agree to a tolerance, not bit for bit; cache encoders are bit-exact for equal
-// inputs (kernels/cuda/kv_pack.cuh).
-// Not yet: CUDA graphs of the step, prefill on the GPU, tensor-core GEMMs for large batches.
+// Launches: every kernel through kernels/cuda/launch.cuh (Programmatic Dependent Launch);
+// after one eager step per batch shape the step is captured into a CUDA graph and replayed.
+// Numerics: the CPU path's formulas; fp32 sums in another order (GEMV trees, online softmax,
+// norms folded into projections), so logits agree to a tolerance, not bit for bit; cache
+// encoders are bit-exact for equal inputs (kernels/cuda/kv_pack.cuh).
+// Not yet: prefill on the GPU, tensor-core GEMMs for large batches, whole layers fused.
 #include "model/backend.hpp"
 
 #include <string>
@@ -446,7 +454,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   const model_config& c = e_.config();
   const int B = (int)seqs.size();
   const int L = c.num_hidden_layers, W = c.sliding_window, hd = c.head_dim, H = c.num_attention_heads;
-  const int d = (int)c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, V = c.vocab_size;
+  const int d = (int)c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
   const int ql = c.q_lora_rank, G = c.o_groups, orank = c.o_lora_rank, np = c.qk_rope_head_dim / 2;
   const int Hi = c.index_n_heads, Di = c.index_head_dim, K = c.index_topk, bs = c.candidate_block_size;
   const int F = c.moe_intermediate_size, E = c.n_routed_experts, KE = c.num_experts_per_tok;
@@ -638,8 +646,8 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
 
   // ---- scratch -----------------------------------------------------------------------------
   float* X = ws<float>("X", (size_t)B * hc * d);
-  float* flat = ws<float>("flat", (size_t)B * hc * d);
-  float* mixes = ws<float>("mixes", (size_t)B * mix);
+  float* partial = ws<float>("mix_partial", kcu::hc_mix_partial_floats(B, hc, d));
+  float* xinv = ws<float>("x_inv", (size_t)B);  // RMSNorm factors of the collapsed rows x
   float* pre = ws<float>("pre", (size_t)B * hc);
   float* apre = ws<float>("apre", (size_t)B * hc);
   float* post = ws<float>("post", (size_t)B * hc);
@@ -686,7 +694,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   int32_t* bids = ws<int32_t>("bids", (size_t)B * std::max(1, c.candidate_topk_blocks));
   int* bn = ws<int>("bn", (size_t)B);
   uint8_t* allowed = ws<uint8_t>("allowed", (size_t)B * nbmax);
-  for (void* pp : {(void*)X, (void*)flat, (void*)mixes, (void*)pre, (void*)apre, (void*)post, (void*)comb, (void*)x,
+  for (void* pp : {(void*)X, (void*)partial, (void*)xinv, (void*)pre, (void*)apre, (void*)post, (void*)comb, (void*)x,
                    (void*)y, (void*)qr, (void*)q, (void*)kvr, (void*)o, (void*)oa, (void*)ckv, (void*)cgate,
                    (void*)latent, (void*)keys, (void*)qi, (void*)wts, (void*)topk_ids, (void*)topk_n, (void*)zeros,
                    (void*)h, (void*)act, (void*)gl, (void*)sel, (void*)selw, (void*)h2, (void*)act2, (void*)ye,
@@ -705,7 +713,10 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     }
   }
 
-  auto gemv_item = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy) {
+  // norm_w: the x rows are RMS-normalised with these weights on the fly (qgemv's x_norm_w)
+  // (norm_inv: the rows' factors when a previous kernel computed them, else each block sums)
+  auto gemv_item = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy, const float* norm_w = nullptr,
+                       const float* norm_inv = nullptr) {
     kcu::qgemv_params p;
     p.w = w;
     p.m = B;
@@ -713,6 +724,9 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     p.ldx = ldx;
     p.y = out;
     p.ldy = ldy;
+    p.x_norm_w = norm_w;
+    p.x_norm_eps = eps;
+    p.x_norm_inv = norm_inv;
     return p;
   };
   auto gemv = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy, bool acc = false) -> status {
@@ -727,17 +741,24 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     return kcu::qgemv(p, stream_);
   };
 
-  // One mHC site: mix weights from the normalised streams (new_pre, post, comb), then the
-  // streams collapsed with `collapse_pre` and normalised by `norm` into x.
+  // One mHC site: the mix projection's partials and the collapse of the streams with the
+  // previous site's weights (collapse_pre) in one pass over X; then the mix weights (new_pre,
+  // post, comb) from the partials. x is left un-normalised: its RMSNorm (attn_norm / ffn_norm)
+  // is applied by the projections that read it (x_norm_w), so no launch writes a normed copy.
+  // expand_y: the previous sub-layer's output, expanded into the streams by the same kernel
+  // first (its post/comb are still those of the previous site)
   auto mhc_site = [&](const qmatrix& fn, const float* base, const float* scale, float* new_pre,
-                      const float* collapse_pre, const float* norm) -> status {
-    CEDAR_TRY(kcu::rms_norm(X, ones_, flat, B, hc * d, eps, stream_));
-    CEDAR_TRY(gemv(fn, flat, hc * d, mixes, mix));
+                      const float* collapse_pre, const float* expand_y) -> status {
+    kcu::hc_mix_params mp;
+    mp.R = B, mp.hc = hc, mp.d = d, mp.X = X, mp.fn = fn, mp.pre = collapse_pre, mp.partial = partial, mp.v = x;
+    if (expand_y) mp.y = expand_y, mp.post = post, mp.comb = comb;
+    CEDAR_TRY(kcu::hc_mix_collapse(mp, stream_));
     kcu::hc_post_params hp;
     hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
-    hp.mixes = mixes, hp.base = base, hp.scale = scale, hp.pre = new_pre, hp.post = post, hp.comb = comb;
-    CEDAR_TRY(kcu::hc_post(hp, stream_));
-    return kcu::hc_collapse_norm(X, collapse_pre, norm, x, B, hc, d, eps, stream_);
+    hp.partial = partial, hp.nblk = kcu::hc_mix_blocks(d), hp.ncols = hc * d, hp.norm_eps = eps;
+    hp.x_inv = xinv, hp.x_cols = d, hp.x_eps = eps;
+    hp.base = base, hp.scale = scale, hp.pre = new_pre, hp.post = post, hp.comb = comb;
+    return kcu::hc_post(hp, stream_);
   };
 
   auto enqueue = [&]() -> status {
@@ -751,10 +772,15 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
 
     int eli = 0;
     int cand_nb = 0;
+    const float* pending_y = nullptr;  // a sub-layer output not yet expanded into the streams
     for (int l = 0; l < L; ++l) {
       const layer_info& li = c.layers[(size_t)l];
       const dev_block& b = blocks_[(size_t)l];
       const attention_weights& ha = e_.block(l).attn;
+      if (li.engram && pending_y) {  // Engram reads the streams: the FFN's expand first
+        CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
+        pending_y = nullptr;
+      }
       if (li.engram) {
         CEDAR_TRY(kcu::table_rows(b.eg_table, d_hash, B, nl, eli, nc, emb, stream_));
         CEDAR_TRY(gemv(b.eg_wkv, emb, nc * c.engram_head_dim, ekv, d * (hc + 1)));
@@ -762,21 +788,22 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         ++eli;
       }
       // --- attention site: mixes (apre, post, comb), collapse with the previous pre ---
-      CEDAR_TRY(mhc_site(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, apre, pre, b.attn_norm));
+      CEDAR_TRY(mhc_site(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, apre, pre, pending_y));
+      pending_y = nullptr;
       // --- compressor: a new entry (or a pending row) of this KV source ---
-      // every projection of the normalised hidden row x in one grouped launch: q_a, kv, the
-      // compressor's kv and gate, the indexer's head weights
+      // every projection of the hidden row x (normalised on the fly with attn_norm) in one
+      // grouped launch: q_a, kv, the compressor's kv and gate, the indexer's head weights
       const bool indexed = li.ratio > 0 && ha.has_indexer;
       {
         kcu::qgemv_params it[5];
         int n = 0;
-        it[n++] = gemv_item(b.wq_a, x, d, qr, ql);
-        it[n++] = gemv_item(b.wkv, x, d, kvr, hd);
+        it[n++] = gemv_item(b.wq_a, x, d, qr, ql, b.attn_norm, xinv);
+        it[n++] = gemv_item(b.wkv, x, d, kvr, hd, b.attn_norm, xinv);
         if (ha.has_compressor) {
-          it[n++] = gemv_item(b.c_wkv, x, d, ckv, hd);
-          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate, hd);
+          it[n++] = gemv_item(b.c_wkv, x, d, ckv, hd, b.attn_norm, xinv);
+          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate, hd, b.attn_norm, xinv);
         }
-        if (indexed) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi);
+        if (indexed) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv);
         CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       if (ha.has_compressor) {
@@ -791,38 +818,47 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         cp.latent = latent;
         CEDAR_TRY(kcu::compressor_step(cp, stream_));
         CEDAR_TRY(gemv(b.i_wk, latent, hd, keys, Di));
-        CEDAR_TRY(kcu::rms_norm(keys, b.i_knorm, keys, B, Di, eps, stream_));
         const float* ce = (const float*)at(o_cose) + k0 * np;
         const float* se = (const float*)at(o_sine) + k0 * np;
-        CEDAR_TRY(kcu::rope_rows(keys, B, 1, Di, np, ce, se, false, stream_));
-        CEDAR_TRY(kcu::rope_rows(latent, B, 1, hd, np, ce, se, false, stream_));
-        CEDAR_TRY(kcu::pack_fp4_index(keys, B, Di, (uint8_t* const*)at(o_didx) + k0, stream_));
-        CEDAR_TRY(kcu::pack_fp4_kv(latent, B, hd, (uint8_t* const*)at(o_dmain) + k0, stream_));
+        // index key: norm, RoPE, FP4 index entry; latent: RoPE, FP4 main entry (rows that do
+        // not complete a group have null destinations and are skipped)
+        kcu::norm_rope_pack_params kp;
+        kp.R = B, kp.n = Di, kp.x = keys, kp.norm_w = b.i_knorm, kp.eps = eps, kp.cos = ce, kp.sin = se, kp.np = np;
+        kp.kind = kcu::pack_kind::fp4_index, kp.dst = (uint8_t* const*)at(o_didx) + k0;
+        CEDAR_TRY(kcu::norm_rope_pack(kp, stream_));
+        kcu::norm_rope_pack_params lp;
+        lp.R = B, lp.n = hd, lp.x = latent, lp.cos = ce, lp.sin = se, lp.np = np;
+        lp.kind = kcu::pack_kind::fp4_kv, lp.dst = (uint8_t* const*)at(o_dmain) + k0;
+        CEDAR_TRY(kcu::norm_rope_pack(lp, stream_));
       }
       // --- attention ---
       const float* rc = li.ratio > 0 ? d_cosc : d_cosm;
       const float* rs = li.ratio > 0 ? d_sinc : d_sinm;
-      CEDAR_TRY(kcu::rms_norm(qr, b.q_norm, qr, B, ql, eps, stream_));
-      {  // the projections of the normalised q latent: q heads, indexer queries
+      {  // the projections of the q latent, normalised on the fly: q heads, indexer queries
         kcu::qgemv_params it[2];
         int n = 0;
-        it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd);
-        if (indexed) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di);
+        it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd, b.q_norm);
+        if (indexed) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di, b.q_norm);
         CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
-      CEDAR_TRY(kcu::rms_norm(kvr, b.kv_norm, kvr, B, hd, eps, stream_));
-      CEDAR_TRY(kcu::rope_rows(q, B, H, hd, np, rc, rs, false, stream_));
-      CEDAR_TRY(kcu::rope_rows(kvr, B, 1, hd, np, rc, rs, false, stream_));
-      CEDAR_TRY(kcu::pack_fp8_swa(kvr, B, hd, (uint8_t* const*)at(o_rdst) + (size_t)l * B, stream_));
+      {  // this token's SWA entry: norm, RoPE, FP8 into its ring slot (q's RoPE is applied by
+         // the attention kernel as it reads q)
+        kcu::norm_rope_pack_params kp;
+        kp.R = B, kp.n = hd, kp.x = kvr, kp.norm_w = b.kv_norm, kp.eps = eps, kp.cos = rc, kp.sin = rs, kp.np = np;
+        kp.kind = kcu::pack_kind::fp8_swa, kp.dst = (uint8_t* const*)at(o_rdst) + (size_t)l * B;
+        CEDAR_TRY(kcu::norm_rope_pack(kp, stream_));
+      }
       int src = -1;
       if (li.ratio > 0) src = seqs[0]->source_of_layer(li.kv_source);
       if (indexed) {
         const int Ev = ecap[(size_t)l];
-        CEDAR_TRY(kcu::rope_rows(qi, B, Hi, Di, np, d_cosc, d_sinc, false, stream_));
-        CEDAR_TRY(kcu::fp4_index_fake_quant(qi, B * Hi, Di, stream_));
-        CEDAR_TRY(kcu::scale_values(wts, B * Hi, 1.0f / std::sqrt((float)Hi), stream_));
+        kcu::norm_rope_pack_params qp;  // queries: RoPE, then their FP4 round trip
+        qp.R = B * Hi, qp.nvec = Hi, qp.n = Di, qp.x = qi, qp.cos = d_cosc, qp.sin = d_sinc, qp.np = np;
+        qp.kind = kcu::pack_kind::fp4_index_fake, qp.write_back = true;
+        CEDAR_TRY(kcu::norm_rope_pack(qp, stream_));
         kcu::index_scores_params ip;
         ip.R = B, ip.E = Ev, ip.Hi = Hi, ip.Di = Di, ip.sscale = 1.0f / std::sqrt((float)Di);
+        ip.wscale = 1.0f / std::sqrt((float)Hi);
         ip.q = qi, ip.w = wts, ip.keys = (const uint8_t* const*)at(o_sidx) + (size_t)src * B;
         ip.vis = (const int*)at(o_vis) + (size_t)l * B;
         ip.score = score;
@@ -853,12 +889,12 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
           ap.sel = topk_ids, ap.nsel = topk_n, ap.K = K;
         }
         ap.out = o;
+        ap.rope_cos = rc, ap.rope_sin = rs, ap.rope_np = np;  // q rotated on read, the output back
         ap.max_keys = W + (src >= 0 ? K : 0);
         ap.workspace = attn_ws;
         ap.workspace_floats = attn_ws_floats;
         CEDAR_TRY(kcu::sparse_attention(ap, stream_));
       }
-      CEDAR_TRY(kcu::rope_rows(o, B, H, hd, np, rc, rs, true, stream_));
       {
         const int gin = H * hd / G;
         std::vector<kcu::qgemv_params> items((size_t)G);
@@ -871,18 +907,19 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
           CEDAR_TRY(kcu::qgemv_grouped(items.data() + g0, std::min(G - g0, kcu::k_qgemv_group_max), stream_));
       }
       CEDAR_TRY(gemv(b.wo_b, oa, G * orank, y, d));
-      CEDAR_TRY(kcu::hc_expand(X, y, post, comb, B, hc, d, stream_));
-      // --- FFN site: mixes (pre for the next block, post, comb), collapse with apre ---
-      CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, b.ffn_norm));
+      // --- FFN site (the attention output expanded into the streams first): mixes (pre for
+      // the next block, post, comb), collapse with apre ---
+      CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, y));
       // --- MoE: shared expert into y, routed experts added in expert-id order ---
-      {  // the projections of x: the shared expert's w1 and w3, the router's gate
+      {  // the projections of x (normalised on the fly with ffn_norm): the shared expert's w1 and
+         // w3, the router's gate
         kcu::qgemv_params it[3];
         int n = 0;
         if (!b.shared.w1.empty()) {
-          it[n++] = gemv_item(b.shared.w1, x, d, h, 2 * F);
-          it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F);
+          it[n++] = gemv_item(b.shared.w1, x, d, h, 2 * F, b.ffn_norm, xinv);
+          it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F, b.ffn_norm, xinv);
         }
-        if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E);
+        if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E, b.ffn_norm, xinv);
         if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       if (!b.shared.w1.empty()) {
@@ -896,13 +933,15 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
         rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
         CEDAR_TRY(kcu::moe_route(rp, stream_));
-        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, stream_));
+        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, stream_, b.ffn_norm, eps, xinv));
         CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, stream_));
         CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, stream_));
         CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
       }
-      CEDAR_TRY(kcu::hc_expand(X, y, post, comb, B, hc, d, stream_));
+      pending_y = y;  // expanded by the next site's kernel (or below, before Engram / the head)
       if (trace_) {  // diagnostics (CEDAR_CUDA_TRACE): row 0's residual streams after each layer
+        CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
+        pending_y = nullptr;
         std::vector<float> hx((size_t)hc * d);
         CEDAR_CU(cudaMemcpyAsync(hx.data(), X, sizeof(float) * hx.size(), cudaMemcpyDeviceToHost, stream_), "trace");
         CEDAR_CU(cudaStreamSynchronize(stream_), "trace");
@@ -912,6 +951,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       }
     }
     // ---- head ------------------------------------------------------------------------------
+    if (pending_y) CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
     CEDAR_TRY(kcu::hc_collapse_norm(X, pre, norm_, x, B, hc, d, eps, stream_));
     CEDAR_TRY(gemv(head_, x, d, lg, V));
     CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_ssrc), (uint8_t* const*)at(o_sdst), (const uint32_t*)at(o_slen),

@@ -32,7 +32,7 @@ __global__ void index_scores_kernel(index_scores_params p) {
   float* qs = smem;            // [Hi, Di]
   float* wsh = qs + Hi * Di;   // [Hi]
   for (int i = threadIdx.x; i < Hi * Di; i += blockDim.x) qs[i] = p.q[(size_t)r * Hi * Di + i];
-  for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i];
+  for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i] * p.wscale;
   __syncthreads();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.E) return;
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(k_score_threads) index_scores_fixed_kernel(ind
   float* qs = smem;            // [Hi, DI]
   float* wsh = qs + Hi * DI;   // [Hi]
   for (int i = threadIdx.x; i < Hi * DI; i += blockDim.x) qs[i] = p.q[(size_t)r * Hi * DI + i];
-  for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i] * p.sscale;
+  for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i] * p.wscale * p.sscale;
   __syncthreads();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= p.E) return;
@@ -112,6 +112,12 @@ __global__ void block_max_kernel(const float* score, const int* vis, int R, int 
 }
 
 // ---- top-k: radix select, one block per row ------------------------------------------------
+// Thread t owns the contiguous ids [t·C, t·C + C) (C = ceil(E / threads), rounded up to a power
+// of two ≤ 32 so the keys stay in registers: the row is read from memory once; past 16384 ids,
+// C = 0 reads the row from global memory at every pass). The threshold — the k-th largest
+// key — is found 8 bits at a time from the top: a shared histogram per pass, then a block-wide
+// scan picks the digit (no serial loop over the bins); the ids above the threshold, and the
+// lowest-id ties, are written in id order at positions from block-wide exclusive scans.
 constexpr int k_topk_threads = 512;
 
 __device__ inline uint32_t order_key(float x) {
@@ -120,32 +126,83 @@ __device__ inline uint32_t order_key(float x) {
   return b & 0x80000000u ? ~b : b | 0x80000000u;
 }
 
-__global__ void topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout) {
+// Exclusive prefix sum of v over the block (blockDim.x a multiple of 32, ≤ 1024); *total gets
+// the block's sum. tot: shared scratch of 32 ints. Every thread must call it.
+__device__ int block_exclusive_scan(int v, int* tot, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int x = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, off);
+    if (lane >= off) x += y;
+  }
+  if (lane == 31) tot[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int t = lane < nw ? tot[lane] : 0;
+    for (int off = 1; off < 32; off <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, t, off);
+      if (lane >= off) t += y;
+    }
+    tot[lane] = t;
+  }
+  __syncthreads();
+  *total = tot[nw - 1];
+  const int r = (warp ? tot[warp - 1] : 0) + x - v;
+  __syncthreads();
+  return r;
+}
+
+template <int C>
+__global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout) {
   pdl_entry();
   __shared__ uint32_t hist[256];
-  __shared__ uint32_t s_prefix, s_mask, s_need;
-  __shared__ int s_count[k_topk_threads];
-  __shared__ int s_ties[k_topk_threads];
+  __shared__ int tot[32];
+  __shared__ uint32_t s_prefix, s_mask;
+  __shared__ int s_need;
   const int r = blockIdx.x;
   const float* s = score + (size_t)r * E;
   const uint32_t neg_inf_key = order_key(-INFINITY);
+  const int chunk = C > 0 ? C : (E + (int)blockDim.x - 1) / (int)blockDim.x;
+  const int lo = (int)threadIdx.x * chunk, hi = min(E, lo + chunk);
+  uint32_t key[C > 0 ? C : 1];
+  if constexpr (C > 0) {
+    bool vec = false;
+    if constexpr (C % 4 == 0) {
+      vec = E % 4 == 0 && (reinterpret_cast<uintptr_t>(score) & 15u) == 0;
+      if (vec) {
+#pragma unroll
+        for (int j = 0; j < C; j += 4) {
+          if (lo + j < E) {  // E and lo are multiples of 4: a float4 is all in or all out
+            const float4 v = *reinterpret_cast<const float4*>(s + lo + j);
+            key[j] = order_key(v.x), key[j + 1] = order_key(v.y), key[j + 2] = order_key(v.z), key[j + 3] = order_key(v.w);
+          } else {
+            key[j] = key[j + 1] = key[j + 2] = key[j + 3] = neg_inf_key;
+          }
+        }
+      }
+    }
+    if (!vec) {
+#pragma unroll
+      for (int j = 0; j < C; ++j) key[j] = lo + j < E ? order_key(s[lo + j]) : neg_inf_key;
+    }
+  }
+  // the key of id lo + j (j < chunk); −inf past E
+#define CEDAR_TOPK_KEY(j) (C > 0 ? key[(j) < C ? (j) : 0] : (lo + (j) < hi ? order_key(s[lo + (j)]) : neg_inf_key))
   // finite entries (> -inf) are the candidates
   int nfin = 0;
-  for (int t = threadIdx.x; t < E; t += blockDim.x) nfin += order_key(s[t]) > neg_inf_key;
-  s_count[threadIdx.x] = nfin;
-  __syncthreads();
-  for (int st = blockDim.x / 2; st > 0; st >>= 1) {
-    if ((int)threadIdx.x < st) s_count[threadIdx.x] += s_count[threadIdx.x + st];
-    __syncthreads();
+  if constexpr (C > 0) {
+#pragma unroll
+    for (int j = 0; j < C; ++j) nfin += key[j] > neg_inf_key;
+  } else {
+    for (int j = 0; j < chunk; ++j) nfin += CEDAR_TOPK_KEY(j) > neg_inf_key;
   }
-  const int finite = s_count[0];
-  __syncthreads();
+  int finite = 0;
+  (void)block_exclusive_scan(nfin, tot, &finite);
   const int k = min(K, finite);
-  // threshold = the k-th largest key, found 8 bits at a time from the top
   if (threadIdx.x == 0) {
     s_prefix = 0;
     s_mask = 0;
-    s_need = (uint32_t)k;
+    s_need = k;
   }
   __syncthreads();
   if (k > 0) {
@@ -153,65 +210,76 @@ __global__ void topk_kernel(const float* score, int E, int K, int32_t* ids, int*
       for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
       __syncthreads();
       const uint32_t prefix = s_prefix, mask = s_mask;
-      for (int t = threadIdx.x; t < E; t += blockDim.x) {
-        const uint32_t key = order_key(s[t]);
-        if (key > neg_inf_key && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+      const int need = s_need;
+      if constexpr (C > 0) {
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+          if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&hist[(key[j] >> shift) & 255u], 1u);
+      } else {
+        for (int j = 0; j < chunk; ++j) {
+          const uint32_t kk = CEDAR_TOPK_KEY(j);
+          if (kk > neg_inf_key && (kk & mask) == prefix) atomicAdd(&hist[(kk >> shift) & 255u], 1u);
+        }
       }
       __syncthreads();
-      if (threadIdx.x == 0) {
-        uint32_t need = s_need;
-        int digit = 255;
-        for (; digit > 0; --digit) {
-          if (hist[digit] >= need) break;
-          need -= hist[digit];
-        }
-        s_prefix = prefix | ((uint32_t)digit << shift);
+      // digits from the top: thread t < 256 takes digit 255 − t; the digit whose bin holds the
+      // need-th largest key is where the running count first reaches `need`
+      const int h = threadIdx.x < 256 ? (int)hist[255 - threadIdx.x] : 0;
+      int all = 0;
+      const int before = block_exclusive_scan(h, tot, &all);
+      if (threadIdx.x < 256 && before < need && before + h >= need) {
+        s_prefix = prefix | ((uint32_t)(255 - threadIdx.x) << shift);
         s_mask = mask | (255u << shift);
-        s_need = need;  // how many entries equal to the threshold to take (lowest ids first)
+        s_need = need - before;  // how many entries equal to the threshold to take (lowest ids first)
       }
       __syncthreads();
     }
   }
   const uint32_t thr = s_prefix;
-  const int need_ties = (int)s_need;
+  const int need_ties = s_need;
   // compaction in id order: each thread owns a contiguous range of ids
-  const int chunk = (E + blockDim.x - 1) / blockDim.x;
-  const int lo = threadIdx.x * chunk, hi = min(E, lo + chunk);
   int above = 0, ties = 0;
-  if (k > 0)
-    for (int t = lo; t < hi; ++t) {
-      const uint32_t key = order_key(s[t]);
-      above += key > thr;
-      ties += key == thr;
-    }
-  s_count[threadIdx.x] = above;
-  s_ties[threadIdx.x] = ties;
-  __syncthreads();
-  if (threadIdx.x == 0) {  // exclusive prefix sums (blockDim entries; cheap next to the scans)
-    int a = 0, b = 0;
-    for (int i = 0; i < (int)blockDim.x; ++i) {
-      const int ca = s_count[i], cb = s_ties[i];
-      s_count[i] = a;
-      s_ties[i] = b;
-      a += ca;
-      b += cb;
-    }
-  }
-  __syncthreads();
   if (k > 0) {
-    int tie_rank = s_ties[threadIdx.x];
-    // position of an id in the output = entries above the threshold before it + ties taken before it
-    int out_pos = s_count[threadIdx.x] + min(tie_rank, need_ties);
-    for (int t = lo; t < hi; ++t) {
-      const uint32_t key = order_key(s[t]);
-      if (key > thr) {
-        ids[(size_t)r * K + out_pos++] = t;
-      } else if (key == thr) {
-        if (tie_rank < need_ties) ids[(size_t)r * K + out_pos++] = t;
-        ++tie_rank;
+    if constexpr (C > 0) {
+#pragma unroll
+      for (int j = 0; j < C; ++j) above += key[j] > thr, ties += key[j] == thr;
+    } else {
+      for (int j = 0; j < chunk; ++j) {
+        const uint32_t kk = CEDAR_TOPK_KEY(j);
+        above += kk > thr, ties += kk == thr;
       }
     }
   }
+  int n_above = 0, n_ties = 0;
+  const int above_before = block_exclusive_scan(above, tot, &n_above);
+  int tie_rank = block_exclusive_scan(ties, tot, &n_ties);
+  if (k > 0) {
+    // position of an id in the output = entries above the threshold before it + ties taken before it
+    int out_pos = above_before + min(tie_rank, need_ties);
+    int32_t* o = ids + (size_t)r * K;
+    if constexpr (C > 0) {
+#pragma unroll
+      for (int j = 0; j < C; ++j) {
+        if (key[j] > thr) {
+          o[out_pos++] = lo + j;
+        } else if (key[j] == thr) {
+          if (tie_rank < need_ties) o[out_pos++] = lo + j;
+          ++tie_rank;
+        }
+      }
+    } else {
+      for (int j = 0; j < chunk; ++j) {
+        const uint32_t kk = CEDAR_TOPK_KEY(j);
+        if (kk > thr) {
+          o[out_pos++] = lo + j;
+        } else if (kk == thr) {
+          if (tie_rank < need_ties) o[out_pos++] = lo + j;
+          ++tie_rank;
+        }
+      }
+    }
+  }
+#undef CEDAR_TOPK_KEY
   if (threadIdx.x == 0) nout[r] = k;
 }
 
@@ -273,7 +341,15 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
     return make_error(errc::invalid_argument, "cuda::topk: R " + std::to_string(R) + ", E " + std::to_string(E) +
                                                   ", K " + std::to_string(K));
   if (R == 0) return {};
-  launch_kernel(topk_kernel, (unsigned)R, k_topk_threads, 0, stream, score, E, K, ids, n);
+  const int per = (E + k_topk_threads - 1) / k_topk_threads;  // ids per thread
+  const dim3 grid((unsigned)R);
+  if (per <= 1) launch_kernel(topk_kernel<1>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 2) launch_kernel(topk_kernel<2>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 4) launch_kernel(topk_kernel<4>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 8) launch_kernel(topk_kernel<8>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 16) launch_kernel(topk_kernel<16>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 32) launch_kernel(topk_kernel<32>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else launch_kernel(topk_kernel<0>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
   CEDAR_CUDA_LAUNCHED("cuda::topk");
   return {};
 }

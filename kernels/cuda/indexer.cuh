@@ -3,7 +3,7 @@
 // block selection, and the top-k of the scores. The CPU path (model/forward.cpp
 // indexer_forward, select_topk) is the reference.
 //
-//   index_scores   score[r, t] = Σ_h w[r, h] · sscale · relu(q[r, h, :] · k[t, :]) for t < vis[r],
+//   index_scores   score[r, t] = Σ_h (w[r, h] · wscale) · sscale · relu(q[r, h, :] · k[t, :]) for t < vis[r],
 //                  −inf for vis[r] <= t < E (row stride E); keys are packed FP4 index entries
 //                  (fp4_index_bytes(Di) each), dequantised in registers; q is the FP4-quantised
 //                  query in fp32 (what the CPU path scores with); w already carries 1/sqrt(Hi).
@@ -29,6 +29,7 @@ namespace cedar::kernels::cuda {
 struct index_scores_params {
   int R = 0, E = 0, Hi = 0, Di = 0;
   float sscale = 0.0f;                // 1/sqrt(Di)
+  float wscale = 1.0f;                // head weights are w · wscale (the decoder's 1/sqrt(Hi))
   const float* q = nullptr;           // [R, Hi, Di]
   const float* w = nullptr;           // [R, Hi]
   const uint8_t* const* keys = nullptr;  // [R] -> packed [>= vis[r], fp4_index_bytes(Di)]

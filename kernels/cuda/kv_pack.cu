@@ -73,47 +73,68 @@ __global__ void rope_rows_kernel(float* x, int nvec, int n, int np, const float*
   }
 }
 
-// One warp per 32 channels: codes + UE8M0 scale (fp8_swa_pack).
+// The encoders, one lane per channel: a warp holds channels [32·blk, 32·blk + 32) of a row of
+// n and writes their codes and scales into `out` (the entry of the row).
+// fp8_swa_pack: codes + UE8M0 scale per 32 channels.
+__device__ __forceinline__ void fp8_swa_lane(float v, int lane, int blk, int n, uint8_t* out) {
+  const float amax = group_amax(v, 32);
+  const int e = pow2_ceil_exponent(__fmul_rn(fmaxf(amax, 1e-4f), (float)(1.0 / 448.0)));
+  const float inv = ldexpf(1.0f, -e);
+  const uint32_t qb = __float_as_uint(__fmul_rn(v, inv));
+  const uint32_t sign = qb & 0x80000000u;
+  const uint32_t ab = min(qb ^ sign, 0x43E00000u);
+  const float q = __uint_as_float(__float_as_uint(e4m3_round_mag(__uint_as_float(ab))) | sign);
+  out[blk * 32 + lane] = (uint8_t)e4m3_code_of_exact(q);
+  if (lane == 0) out[n + blk] = (uint8_t)(e + 127);
+}
+
+// fp4_kv_pack: two E4M3-scaled 16-channel blocks per warp.
+__device__ __forceinline__ void fp4_kv_lane(float v, int lane, int blk, int n, uint8_t* out) {
+  const int ch = blk * 32 + lane;
+  const float amax = group_amax(v, 16);
+  const float s = e4m3_round_mag(fminf(__fdiv_rn(fmaxf(amax, 6.0f * 0x1p-9f), 6.0f), 448.0f));
+  const uint32_t code = e2m1_code(__fdiv_rn(v, s));
+  const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
+  if ((lane & 1) == 0) out[ch >> 1] = (uint8_t)(code | (hi << 4));
+  if ((lane & 15) == 0) out[n / 2 + ch / 16] = (uint8_t)e4m3_code_of_exact(s);
+}
+
+// fp4_index_pack: UE8M0 scale per 32 channels; out == null: returns the decoded value
+// (fake quantisation) instead of writing codes.
+__device__ __forceinline__ float fp4_index_lane(float v, int lane, int blk, int n, uint8_t* out) {
+  const int ch = blk * 32 + lane;
+  const float amax = group_amax(v, 32);
+  const int e = pow2_ceil_exponent(__fmul_rn(fmaxf(amax, 6.0f * 0x1p-126f), (float)(1.0 / 6.0)));
+  const uint32_t code = e2m1_code(__fmul_rn(v, ldexpf(1.0f, -e)));
+  if (!out) return e2m1_code_value(code) * ldexpf(1.0f, e);
+  const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
+  if ((lane & 1) == 0) out[ch >> 1] = (uint8_t)(code | (hi << 4));
+  if (lane == 0) out[n / 2 + blk] = (uint8_t)(e + 127);
+  return v;
+}
+
+// One warp per 32 channels.
 __global__ void pack_fp8_swa_kernel(const float* x, int n, uint8_t* const* dst) {
   pdl_entry();
   const int r = blockIdx.x;
   uint8_t* out = dst[r];
   if (!out) return;
   const int lane = threadIdx.x & 31;
-  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
-    const float v = x[(size_t)r * n + blk * 32 + lane];
-    const float amax = group_amax(v, 32);
-    const int e = pow2_ceil_exponent(__fmul_rn(fmaxf(amax, 1e-4f), (float)(1.0 / 448.0)));
-    const float inv = ldexpf(1.0f, -e);
-    const uint32_t qb = __float_as_uint(__fmul_rn(v, inv));
-    const uint32_t sign = qb & 0x80000000u;
-    const uint32_t ab = min(qb ^ sign, 0x43E00000u);
-    const float q = __uint_as_float(__float_as_uint(e4m3_round_mag(__uint_as_float(ab))) | sign);
-    out[blk * 32 + lane] = (uint8_t)e4m3_code_of_exact(q);
-    if (lane == 0) out[n + blk] = (uint8_t)(e + 127);
-  }
+  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5)
+    fp8_swa_lane(x[(size_t)r * n + blk * 32 + lane], lane, blk, n, out);
 }
 
-// One warp per 32 channels = two E4M3-scaled 16-channel blocks (fp4_kv_pack).
 __global__ void pack_fp4_kv_kernel(const float* x, int n, uint8_t* const* dst) {
   pdl_entry();
   const int r = blockIdx.x;
   uint8_t* out = dst[r];
   if (!out) return;
   const int lane = threadIdx.x & 31;
-  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
-    const int ch = blk * 32 + lane;
-    const float v = x[(size_t)r * n + ch];
-    const float amax = group_amax(v, 16);
-    const float s = e4m3_round_mag(fminf(__fdiv_rn(fmaxf(amax, 6.0f * 0x1p-9f), 6.0f), 448.0f));
-    const uint32_t code = e2m1_code(__fdiv_rn(v, s));
-    const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
-    if ((lane & 1) == 0) out[ch >> 1] = (uint8_t)(code | (hi << 4));
-    if ((lane & 15) == 0) out[n / 2 + ch / 16] = (uint8_t)e4m3_code_of_exact(s);
-  }
+  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5)
+    fp4_kv_lane(x[(size_t)r * n + blk * 32 + lane], lane, blk, n, out);
 }
 
-// One warp per 32 channels, UE8M0 scale (fp4_index_pack); fake = write decoded values back.
+// fake = write decoded values back.
 __global__ void fp4_index_kernel(float* xf, const float* x, int n, uint8_t* const* dst) {
   pdl_entry();
   const int r = blockIdx.x;
@@ -122,18 +143,59 @@ __global__ void fp4_index_kernel(float* xf, const float* x, int n, uint8_t* cons
   const int lane = threadIdx.x & 31;
   for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
     const int ch = blk * 32 + lane;
-    const float v = x[(size_t)r * n + ch];
-    const float amax = group_amax(v, 32);
-    const int e = pow2_ceil_exponent(__fmul_rn(fmaxf(amax, 6.0f * 0x1p-126f), (float)(1.0 / 6.0)));
-    const uint32_t code = e2m1_code(__fmul_rn(v, ldexpf(1.0f, -e)));
-    if (out) {
-      const uint32_t hi = __shfl_down_sync(0xffffffffu, code, 1);
-      if ((lane & 1) == 0) out[ch >> 1] = (uint8_t)(code | (hi << 4));
-      if (lane == 0) out[n / 2 + blk] = (uint8_t)(e + 127);
-    } else {
-      xf[(size_t)r * n + ch] = e2m1_code_value(code) * ldexpf(1.0f, e);
+    const float q = fp4_index_lane(x[(size_t)r * n + ch], lane, blk, n, out);
+    if (!out) xf[(size_t)r * n + ch] = q;
+  }
+}
+
+// norm -> RoPE -> encode of one vector per block, a thread per channel (blockDim = n ≤ 1024):
+// the values the separate rms_norm, rope_rows and pack kernels would give, in one launch.
+__global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_params p) {
+  pdl_entry();
+  __shared__ float part[32];
+  const int rr = blockIdx.x, row = rr / p.nvec, c = threadIdx.x, lane = c & 31, n = p.n;
+  float* xr = p.x + (size_t)rr * n;
+  float v = xr[c];
+  if (p.norm_w) {
+    float ss = v * v;
+    for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) part[c >> 5] = ss;
+    __syncthreads();
+    if (c < 32) {
+      float t = c < (n >> 5) ? part[c] : 0.0f;
+      for (int off = 16; off; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+      if (c == 0) part[0] = t;
+    }
+    __syncthreads();
+    v = v * rsqrtf(part[0] / (float)n + p.eps) * p.norm_w[c];
+  }
+  if (p.np > 0) {  // pairs (2i, 2i+1) of the last 2·np channels (an even start: lanes c, c ^ 1)
+    const float other = __shfl_xor_sync(0xffffffffu, v, 1);
+    const int k = c - (n - 2 * p.np);
+    if (k >= 0) {
+      const float cs = p.cos[(size_t)row * p.np + (k >> 1)], sn = p.sin[(size_t)row * p.np + (k >> 1)];
+      v = (k & 1) == 0 ? __fsub_rn(__fmul_rn(v, cs), __fmul_rn(other, sn))
+                       : __fadd_rn(__fmul_rn(other, sn), __fmul_rn(v, cs));
     }
   }
+  uint8_t* out = p.dst ? p.dst[row] : nullptr;
+  switch (p.kind) {
+    case pack_kind::fp8_swa:
+      if (out) fp8_swa_lane(v, lane, c >> 5, n, out);
+      break;
+    case pack_kind::fp4_kv:
+      if (out) fp4_kv_lane(v, lane, c >> 5, n, out);
+      break;
+    case pack_kind::fp4_index:
+      if (out) fp4_index_lane(v, lane, c >> 5, n, out);
+      break;
+    case pack_kind::fp4_index_fake:
+      v = fp4_index_lane(v, lane, c >> 5, n, nullptr);
+      break;
+    case pack_kind::none:
+      break;
+  }
+  if (p.write_back) xr[c] = v;
 }
 
 __global__ void scale_kernel(float* x, int n, float s) {
@@ -197,6 +259,19 @@ status scale_values(float* x, int n, float s, cudaStream_t stream) {
   if (n <= 0 || !x) return make_error(errc::invalid_argument, "scale_values: empty or null");
   launch_kernel(scale_kernel, (n + 255) / 256, 256, 0, stream, x, n, s);
   CEDAR_CUDA_LAUNCHED("scale_values");
+  return {};
+}
+
+status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream) {
+  auto bad = [](const std::string& what) { return make_error(errc::invalid_argument, "norm_rope_pack: " + what); };
+  if (p.R <= 0 || p.nvec <= 0 || p.R % p.nvec != 0) return bad("rows must be a positive multiple of nvec");
+  if (p.n <= 0 || p.n % 32 != 0 || p.n > 1024) return bad("n " + std::to_string(p.n) + " must be a multiple of 32, at most 1024");
+  if (!p.x) return bad("null x");
+  if (p.np < 0 || 2 * p.np > p.n || (p.np > 0 && (!p.cos || !p.sin))) return bad("bad RoPE pairs or null cos/sin");
+  const bool packs = p.kind == pack_kind::fp8_swa || p.kind == pack_kind::fp4_kv || p.kind == pack_kind::fp4_index;
+  if (packs && (!p.dst || p.nvec != 1)) return bad("an encoder needs dst and one vector per row");
+  launch_kernel(norm_rope_pack_kernel, (unsigned)p.R, (unsigned)p.n, 0, stream, p);
+  CEDAR_CUDA_LAUNCHED("norm_rope_pack");
   return {};
 }
 

@@ -36,4 +36,27 @@ status fp4_index_fake_quant(float* x, int rows, int n, cudaStream_t stream);
 // x [n] *= s
 status scale_values(float* x, int n, float s, cudaStream_t stream);
 
+// RMSNorm -> RoPE -> encode, fused (one launch for what rms_norm, rope_rows and a pack kernel
+// would do one after the other, with the same formulas; the norm's sum is in another order).
+// Rows rr of x [R, n] (R = rows · nvec: nvec vectors per token row, RoPE angles of token row
+// rr / nvec): normalised by norm_w (null: no norm), rotated on channels [n − 2·np, n) (np = 0:
+// none), then encoded into dst[rr] (nvec 1; a null dst[rr] skips the row) as `kind`, or
+// (fp4_index_fake) replaced by its FP4-index round trip; write_back stores the resulting fp32
+// values into x. n % 32 == 0, n ≤ 1024.
+enum class pack_kind { none, fp8_swa, fp4_kv, fp4_index, fp4_index_fake };
+
+struct norm_rope_pack_params {
+  int R = 0, nvec = 1, n = 0;
+  float* x = nullptr;                 // [R, n]
+  const float* norm_w = nullptr;      // [n] or null
+  float eps = 0.0f;
+  const float* cos = nullptr;         // [R / nvec, np]
+  const float* sin = nullptr;
+  int np = 0;
+  pack_kind kind = pack_kind::none;
+  uint8_t* const* dst = nullptr;      // [R] device pointers (encoders)
+  bool write_back = false;
+};
+status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream);
+
 }  // namespace cedar::kernels::cuda

@@ -5,6 +5,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mhc.cuh"
+#include "kernels/cuda/qmatrix_device.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,13 +14,10 @@
 namespace cedar::kernels::cuda {
 namespace {
 
-// Serial form (any hc ≤ k_hc_max): one thread per row, the comb matrix in global memory.
-__global__ void hc_post_kernel(hc_post_params p) {
-  pdl_entry();
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= p.R) return;
-  const int hc = p.hc, mix = (2 + hc) * hc;
-  const float* m = p.mixes + (size_t)r * mix;
+// The mix weights of row r from its mixes m [(2 + hc)·hc] — serial form (any hc ≤ k_hc_max):
+// one thread, the comb matrix in global memory.
+__device__ void post_serial(const hc_post_params& p, int r, const float* m) {
+  const int hc = p.hc;
   const float eps = p.eps;
   for (int k = 0; k < hc; ++k) {
     p.pre[r * hc + k] = sigmoid_stable(m[k] * p.scale[0] + p.base[k]) + eps;
@@ -59,20 +57,16 @@ __global__ void hc_post_kernel(hc_post_params p) {
   }
 }
 
-// Warp form (hc² ≤ 32, the official hc = 4): one warp per row, lane j·hc + k holds comb[j][k]
-// in a register; row and column sums are read from the other lanes by shuffles and added in
-// the serial form's order (k = 0.., j = 0..), so both forms give the same bits. The serial
-// form's chain of dependent global loads cost ~56 µs per call at hc = 4, 20 iterations.
-constexpr int k_post_warps = 4;
-
-__global__ void __launch_bounds__(32 * k_post_warps) hc_post_warp_kernel(hc_post_params p) {
-  pdl_entry();
-  const int r = blockIdx.x * k_post_warps + (threadIdx.x >> 5);
-  if (r >= p.R) return;
-  const int lane = threadIdx.x & 31, hc = p.hc, mix = (2 + hc) * hc;
+// Warp form (hc² ≤ 32, the official hc = 4): one warp, lane j·hc + k holds comb[j][k] in a
+// register; row and column sums are read from the other lanes by shuffles and added in the
+// serial form's order (k = 0.., j = 0..), so both forms give the same bits. (The serial form's
+// chain of dependent global loads cost ~56 µs per call at hc = 4, 20 iterations.)
+// HC > 0: hc known at compile time (the sums unrolled); HC = 0: any hc with hc² ≤ 32.
+template <int HC>
+__device__ void post_warp(const hc_post_params& p, int r, const float* m, int lane) {
+  const int hc = HC > 0 ? HC : p.hc;
   const bool own = lane < hc * hc;
   const int j = own ? lane / hc : 0, k = own ? lane - j * hc : 0;
-  const float* m = p.mixes + (size_t)r * mix;
   const float eps = p.eps;
   if (lane < hc) {
     p.pre[r * hc + lane] = sigmoid_stable(m[lane] * p.scale[0] + p.base[lane]) + eps;
@@ -81,16 +75,19 @@ __global__ void __launch_bounds__(32 * k_post_warps) hc_post_warp_kernel(hc_post
   float v = own ? m[2 * hc + lane] * p.scale[2] + p.base[2 * hc + lane] : 0.0f;
   auto row_sum = [&](float x) {  // Σ_k' x[j][k'], in k' order
     float s = 0.0f;
-    for (int kk = 0; kk < hc; ++kk) s += __shfl_sync(0xffffffffu, x, j * hc + kk);
+#pragma unroll
+    for (int kk = 0; kk < (HC > 0 ? HC : hc); ++kk) s += __shfl_sync(0xffffffffu, x, j * hc + kk);
     return s;
   };
   auto col_sum = [&](float x) {  // Σ_j' x[j'][k], in j' order
     float s = 0.0f;
-    for (int jj = 0; jj < hc; ++jj) s += __shfl_sync(0xffffffffu, x, jj * hc + k);
+#pragma unroll
+    for (int jj = 0; jj < (HC > 0 ? HC : hc); ++jj) s += __shfl_sync(0xffffffffu, x, jj * hc + k);
     return s;
   };
   float mx = -INFINITY;
-  for (int kk = 0; kk < hc; ++kk) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, j * hc + kk));
+#pragma unroll
+  for (int kk = 0; kk < (HC > 0 ? HC : hc); ++kk) mx = fmaxf(mx, __shfl_sync(0xffffffffu, v, j * hc + kk));
   v = expf(v - mx);
   const float inv = 1.0f / row_sum(v);
   v = v * inv + eps;
@@ -100,6 +97,124 @@ __global__ void __launch_bounds__(32 * k_post_warps) hc_post_warp_kernel(hc_post
     v /= (col_sum(v) + eps);
   }
   if (own) p.comb[(size_t)r * hc * hc + lane] = v;
+}
+
+__global__ void hc_post_kernel(hc_post_params p) {
+  pdl_entry();
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= p.R) return;
+  post_serial(p, r, p.mixes + (size_t)r * (2 + p.hc) * p.hc);
+}
+
+constexpr int k_post_warps = 4;
+
+template <int HC>
+__global__ void __launch_bounds__(32 * k_post_warps) hc_post_warp_kernel(hc_post_params p) {
+  pdl_entry();
+  const int r = blockIdx.x * k_post_warps + (threadIdx.x >> 5);
+  if (r >= p.R) return;
+  post_warp<HC>(p, r, p.mixes + (size_t)r * (2 + p.hc) * p.hc, threadIdx.x & 31);
+}
+
+// From hc_mix_collapse's partials [nblk, mix + 2]: one block per row sums each value over the
+// channel blocks (fixed order: part t of the block's threads takes blocks t, t + parts, ...,
+// then the parts in order), scales the mixes by the flat RMSNorm factor of the streams, leaves
+// the collapsed row's RMSNorm factor in x_inv, then runs the warp or serial form on the mixes
+// from shared memory.
+constexpr int k_reduce_threads = 256;
+
+template <int HC>
+__global__ void __launch_bounds__(k_reduce_threads) hc_post_reduce_kernel(hc_post_params p) {
+  pdl_entry();
+  extern __shared__ float sm[];  // [parts, nv] partial sums, then [nv] totals
+  const int r = blockIdx.x, hc = HC > 0 ? HC : p.hc, mix = (2 + hc) * hc, nv = mix + 2;
+  const int parts = max(1, (int)blockDim.x / nv);
+  float* tot = sm + (size_t)parts * nv;
+  const float* pr = p.partial + (size_t)r * p.nblk * nv;
+  for (int t = threadIdx.x; t < parts * nv; t += blockDim.x) {
+    const int part = t / nv, v = t - part * nv;
+    float s = 0.0f;
+#pragma unroll 8
+    for (int b = part; b < p.nblk; b += parts) s += pr[(size_t)b * nv + v];
+    sm[t] = s;
+  }
+  __syncthreads();
+  for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+    float s = 0.0f;
+    for (int part = 0; part < parts; ++part) s += sm[part * nv + v];
+    tot[v] = s;
+  }
+  __syncthreads();
+  const float inv = rsqrtf(tot[mix] / (float)p.ncols + p.norm_eps);
+  for (int v = threadIdx.x; v < mix; v += blockDim.x) tot[v] *= inv;
+  if (threadIdx.x == 0 && p.x_inv) p.x_inv[r] = rsqrtf(tot[mix + 1] / (float)p.x_cols + p.x_eps);
+  __syncthreads();
+  if (hc * hc <= 32) {
+    if (threadIdx.x < 32) post_warp<HC>(p, r, tot, threadIdx.x);
+  } else if (threadIdx.x == 0) {
+    post_serial(p, r, tot);
+  }
+}
+
+// grid (channel blocks of 32, R), hc warps: warp k, lane l holds X[r, k, 32·blk + l]. Partials
+// of the block: the hc_fn dot products over its hc·32 flat columns, the sum of their squares,
+// and the sum of squares of the collapse Σ_k pre[r, k] · X[r, k, i] of its 32 channels (also
+// written to v). HC > 0: hc known at compile time (the mix weights loaded together, the sums
+// unrolled: a chain of one load and one reduction per mix would cost a load latency each).
+template <int HC>
+__global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_params p) {
+  pdl_entry();
+  constexpr int MIXC = HC > 0 ? (2 + HC) * HC : 8;  // mix weights per register batch
+  __shared__ float xs[k_hc_max][32];
+  extern __shared__ float red[];  // [hc, mix + 1] per-warp sums
+  const int r = blockIdx.y, blk = blockIdx.x, k = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int hc = HC > 0 ? HC : p.hc, d = p.d, mix = (2 + hc) * hc, nw = mix + 1;
+  const int i = blk * 32 + lane;
+  const bool valid = i < d;
+  float x = valid ? p.X[((size_t)r * hc + k) * d + i] : 0.0f;
+  xs[k][lane] = x;
+  if (p.y) {  // the previous sub-layer's expand first (hc_expand's formula), written back to X
+    const float yi = valid ? p.y[(size_t)r * d + i] : 0.0f;
+    __syncthreads();
+    float t = p.post[r * hc + k] * yi;
+    for (int j = 0; j < hc; ++j) t += p.comb[((size_t)r * hc + j) * hc + k] * xs[j][lane];
+    x = t;
+    __syncthreads();
+    xs[k][lane] = x;
+    if (valid) p.X[((size_t)r * hc + k) * d + i] = x;
+  }
+  const int64_t col = (int64_t)k * d + i;
+  for (int m0 = 0; m0 < mix; m0 += MIXC) {
+    float t[MIXC];
+#pragma unroll
+    for (int m = 0; m < MIXC; ++m) t[m] = valid && m0 + m < mix ? qmatrix_at(p.fn, m0 + m, col) * x : 0.0f;
+#pragma unroll
+    for (int off = 16; off; off >>= 1)
+#pragma unroll
+      for (int m = 0; m < MIXC; ++m) t[m] += __shfl_xor_sync(0xffffffffu, t[m], off);
+    if (lane == 0)
+#pragma unroll
+      for (int m = 0; m < MIXC; ++m)
+        if (m0 + m < mix) red[k * nw + m0 + m] = t[m];
+  }
+  float ss = x * x;
+  for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (lane == 0) red[k * nw + mix] = ss;
+  __syncthreads();
+  float* out = p.partial + ((size_t)r * gridDim.x + blk) * (mix + 2);
+  for (int v = threadIdx.x; v < nw; v += blockDim.x) {
+    float s = 0.0f;
+    for (int kk = 0; kk < hc; ++kk) s += red[kk * nw + v];
+    out[v] = s;
+  }
+  if (k == 0) {
+    float v = 0.0f;
+    for (int kk = 0; kk < hc; ++kk) v += p.pre[r * hc + kk] * xs[kk][lane];
+    if (valid) p.v[(size_t)r * d + i] = v;
+    float vs = valid ? v * v : 0.0f;
+    for (int off = 16; off; off >>= 1) vs += __shfl_xor_sync(0xffffffffu, vs, off);
+    if (lane == 0) out[mix + 1] = vs;
+  }
 }
 
 // Block-wide sum (blockDim.x a multiple of 32, ≤ 1024).
@@ -193,13 +308,49 @@ status check_shape(const char* op, int R, int hc, int d) {
 
 status hc_post(const hc_post_params& p, cudaStream_t stream) {
   CEDAR_TRY(check_shape("hc_post", p.R, p.hc, 1));
-  if (!p.mixes || !p.base || !p.scale || !p.pre || !p.post || !p.comb)
+  if ((!p.mixes && !p.partial) || !p.base || !p.scale || !p.pre || !p.post || !p.comb)
     return make_error(errc::invalid_argument, "hc_post: null pointer");
-  if (p.hc * p.hc <= 32)
-    launch_kernel(hc_post_warp_kernel, (p.R + k_post_warps - 1) / k_post_warps, 32 * k_post_warps, 0, stream, p);
+  if (p.partial) {  // mixes reduced from hc_mix_collapse's partials, one block per row
+    if (p.nblk <= 0 || p.ncols <= 0) return make_error(errc::invalid_argument, "hc_post: partials without nblk/ncols");
+    const int nv = (2 + p.hc) * p.hc + 2, parts = std::max(1, k_reduce_threads / nv);
+    const size_t smem = sizeof(float) * (size_t)(parts + 1) * nv;
+    if (p.hc == 4) launch_kernel(hc_post_reduce_kernel<4>, (unsigned)p.R, k_reduce_threads, smem, stream, p);
+    else launch_kernel(hc_post_reduce_kernel<0>, (unsigned)p.R, k_reduce_threads, smem, stream, p);
+    CEDAR_CUDA_LAUNCHED("hc_post (reduce)");
+    return {};
+  }
+  const unsigned blocks = (unsigned)((p.R + k_post_warps - 1) / k_post_warps);
+  if (p.hc == 4)
+    launch_kernel(hc_post_warp_kernel<4>, blocks, 32 * k_post_warps, 0, stream, p);
+  else if (p.hc * p.hc <= 32)
+    launch_kernel(hc_post_warp_kernel<0>, blocks, 32 * k_post_warps, 0, stream, p);
   else
     launch_kernel(hc_post_kernel, (p.R + 63) / 64, 64, 0, stream, p);
   CEDAR_CUDA_LAUNCHED("hc_post");
+  return {};
+}
+
+int hc_mix_blocks(int d) { return (d + 31) / 32; }
+
+size_t hc_mix_partial_floats(int R, int hc, int d) {
+  return (size_t)R * hc_mix_blocks(d) * ((size_t)(2 + hc) * hc + 2);
+}
+
+status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream) {
+  CEDAR_TRY(check_shape("hc_mix_collapse", p.R, p.hc, p.d));
+  if (!p.X || !p.pre || !p.partial || !p.v || p.fn.empty())
+    return make_error(errc::invalid_argument, "hc_mix_collapse: null pointer or empty hc_fn");
+  if (p.y && (!p.post || !p.comb)) return make_error(errc::invalid_argument, "hc_mix_collapse: y without post/comb");
+  const int mix = (2 + p.hc) * p.hc;
+  if (p.fn.rows != mix || p.fn.cols != (int64_t)p.hc * p.d)
+    return make_error(errc::invalid_argument, "hc_mix_collapse: hc_fn is " + std::to_string(p.fn.rows) + " x " +
+                                                  std::to_string(p.fn.cols) + ", expected " + std::to_string(mix) +
+                                                  " x " + std::to_string(p.hc * p.d));
+  const size_t smem = sizeof(float) * (size_t)p.hc * (mix + 1);
+  const dim3 grid((unsigned)hc_mix_blocks(p.d), (unsigned)p.R);
+  if (p.hc == 4) launch_kernel(hc_mix_collapse_kernel<4>, grid, (unsigned)(32 * p.hc), smem, stream, p);
+  else launch_kernel(hc_mix_collapse_kernel<0>, grid, (unsigned)(32 * p.hc), smem, stream, p);
+  CEDAR_CUDA_LAUNCHED("hc_mix_collapse");
   return {};
 }
 

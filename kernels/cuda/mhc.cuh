@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/base/result.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 
 namespace cedar::kernels::cuda {
 
@@ -27,8 +28,40 @@ struct hc_post_params {
   float* pre = nullptr;         // [R, hc]  sigmoid(·) + eps
   float* post = nullptr;        // [R, hc]  2·sigmoid(·)
   float* comb = nullptr;        // [R, hc, hc] [j][k], Sinkhorn-normalised
+  // instead of mixes: hc_mix_collapse's partials [R, nblk, mix + 2]; the mixes are their sums
+  // scaled by rsqrt(Σ squares / ncols + norm_eps) (the flat RMSNorm of the streams); x_inv
+  // (optional) gets each row's rsqrt(Σ v² / x_cols + x_eps), the collapsed row's RMSNorm factor
+  const float* partial = nullptr;
+  int nblk = 0, ncols = 0;
+  float norm_eps = 0.0f;
+  float* x_inv = nullptr;  // [R]
+  int x_cols = 0;
+  float x_eps = 0.0f;
 };
 status hc_post(const hc_post_params& p, cudaStream_t stream);
+
+// One site's reads of the streams in one pass (for hc_post's partial form): per block of 32
+// channels, the partial dot products of hc_fn [mix, hc·d] with the flat streams, their sum of
+// squares and the collapse's sum of squares -> partial [R, hc_mix_blocks(d), mix + 2]; and the
+// collapse with the previous site's weights, not yet normalised: v[r] = Σ_k pre[r, k] · X[r, k]
+// [R, d] (its RMSNorm is left to the projections that read it: qgemv's x_norm_w, with the
+// factor hc_post leaves in x_inv).
+struct hc_mix_params {
+  int R = 0, hc = 0, d = 0;
+  float* X = nullptr;          // [R, hc, d] (written only when y is given)
+  qmatrix fn;                  // hc_fn, device pointers
+  const float* pre = nullptr;  // [R, hc] collapse weights
+  float* partial = nullptr;    // [R, hc_mix_blocks(d), mix + 2]
+  float* v = nullptr;          // [R, d]
+  // optional: the previous sub-layer's hc_expand applied first (X updated in place, then read),
+  // saving its launch: X[r, k] ← post[r, k] · y[r] + Σ_j comb[r, j, k] · X[r, j]
+  const float* y = nullptr;    // [R, d]
+  const float* post = nullptr; // [R, hc]
+  const float* comb = nullptr; // [R, hc, hc]
+};
+int hc_mix_blocks(int d);
+size_t hc_mix_partial_floats(int R, int hc, int d);
+status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream);
 
 // x[r] = rmsnorm(Σ_k pre[r, k] · X[r, k], w)   x [R, d]
 status hc_collapse_norm(const float* X, const float* pre, const float* w, float* x, int R, int hc, int d,

@@ -12,7 +12,6 @@
 namespace cedar::kernels::cuda {
 namespace {
 
-constexpr int k_warps = 8;
 
 __device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -140,14 +139,16 @@ status moe_route(const moe_route_params& p, cudaStream_t stream) {
 }
 
 status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3, const int32_t* sel,
-              int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream) {
+              int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream, const float* x_norm_w,
+              float x_norm_eps, const float* x_norm_inv) {
   if (R <= 0 || K <= 0 || d <= 0 || F <= 0 || !w1 || !w3 || !sel || !x || !h)
     return make_error(errc::invalid_argument, "moe_up: bad shape or null pointer");
   if (like1.rows != F || like3.rows != F || like1.cols != d || like3.cols != d)
     return make_error(errc::invalid_argument, "moe_up: expert matrices are not [F, d]");
   qgemv_expert_params p;
   p.wa = w1, p.wb = w3, p.like_a = like1, p.like_b = like3, p.sel = sel, p.n = R * K, p.x_div = K;
-  p.x = x, p.ldx = d, p.y = h, p.ldy = 2 * F;
+  p.x = x, p.ldx = d, p.y = h, p.ldy = 2 * F, p.x_norm_w = x_norm_w, p.x_norm_eps = x_norm_eps;
+  p.x_norm_inv = x_norm_inv;
   if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, "moe_up: " + st.err().message);
   return {};
 }

@@ -119,6 +119,44 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
     for (int j = 0; j < MT; j++) acc[i][j] = 0.0f;
 
   const int64_t cols = p.w.cols;
+  // RMSNorm of the activation rows on the fly (x_norm_w): every block reduces the squares of its
+  // rows (cols floats each: small next to the weights it streams), then scales each x load
+  float xs[MT];
+#pragma unroll
+  for (int j = 0; j < MT; j++) xs[j] = 1.0f;
+  const float4* g4 = reinterpret_cast<const float4*>(p.x_norm_w);
+  if (g4 && p.x_norm_inv) {
+#pragma unroll
+    for (int j = 0; j < MT; j++) xs[j] = j < mt ? __ldg(p.x_norm_inv + m0 + j) : 1.0f;
+  } else if (g4) {
+    __shared__ float nred[k_warps][MT];
+    float ss[MT];
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+      ss[j] = 0.0f;
+      if (j >= mt) continue;
+      const float4* xr = reinterpret_cast<const float4*>(p.x + (int64_t)(m0 + j) * p.ldx);
+#pragma unroll 4
+      for (int64_t c4 = threadIdx.x; c4 < cols / 4; c4 += blockDim.x) {
+        const float4 a = __ldg(xr + c4);
+        ss[j] = fmaf(a.x, a.x, ss[j]);
+        ss[j] = fmaf(a.y, a.y, ss[j]);
+        ss[j] = fmaf(a.z, a.z, ss[j]);
+        ss[j] = fmaf(a.w, a.w, ss[j]);
+      }
+#pragma unroll
+      for (int off = 16; off; off >>= 1) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], off);
+      if (lane == 0) nred[warp][j] = ss[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+      float t = 0.0f;
+#pragma unroll
+      for (int k = 0; k < k_warps; k++) t += nred[k][j];
+      xs[j] = rsqrtf(t / (float)cols + p.x_norm_eps);
+    }
+  }
   if (r0 < p.w.rows) {
 #pragma unroll 2
     for (int64_t c = ((int64_t)part * 32 + lane) * V; c < cols; c += (int64_t)32 * V * WS) {
@@ -141,7 +179,11 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
         for (int i = 0; i < RW; i++) part[i] = 0.0f;
 #pragma unroll
         for (int q4 = 0; q4 < V / 4; q4++) {
-          const float4 a = __ldg(xp + q4);
+          float4 a = __ldg(xp + q4);
+          if (g4) {  // rms_norm's (x · inv) · w
+            const float4 g = __ldg(g4 + c / 4 + q4);
+            a = make_float4(a.x * xs[j] * g.x, a.y * xs[j] * g.y, a.z * xs[j] * g.z, a.w * xs[j] * g.w);
+          }
 #pragma unroll
           for (int i = 0; i < RW; i++) {
             part[i] = fmaf(wv[i][4 * q4], a.x, part[i]);
@@ -223,6 +265,9 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
   q.y = p.y + (int64_t)i * p.ldy + (second ? p.like_a.rows : 0);
   q.ldy = p.ldy;
   q.accumulate = false;
+  q.x_norm_w = p.x_norm_w;
+  q.x_norm_eps = p.x_norm_eps;
+  q.x_norm_inv = p.x_norm_inv ? p.x_norm_inv + i / p.x_div : nullptr;
   qgemv_body<F, V, 1, RW, WS>(q, second ? blockIdx.x - blocks_a : blockIdx.x, 0);
 }
 
@@ -278,6 +323,7 @@ status check_params(const qgemv_params& p) {
   if (p.ldx < w.cols || p.ldx % 4 != 0 || !aligned16(p.x))
     return bad("x must be 16-byte aligned with ldx >= cols and ldx % 4 == 0 (ldx " + std::to_string(p.ldx) + ")");
   if (p.ldy < w.rows) return bad("ldy < rows");
+  if (p.x_norm_w && !aligned16(p.x_norm_w)) return bad("x_norm_w must be 16-byte aligned");
   const bool scaled = w.format == weight_format::f8_e4m3 || w.format == weight_format::fp4_e2m1;
   if (scaled && !w.scale_e8m0 && !w.scale_f32)
     return bad(std::string(w.format == weight_format::f8_e4m3 ? "f8_e4m3" : "fp4_e2m1") + " weight without scales");
@@ -373,7 +419,7 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
   if (p.n == 0) return {};
   if (!p.wa || !p.sel || !p.x || !p.y) return bad("null expert array, ids, x or y");
   qgemv_params probe;  // the shape checks of qgemv, on the host copy of one expert
-  probe.w = p.like_a, probe.m = 1, probe.x = p.x, probe.ldx = p.ldx, probe.y = p.y;
+  probe.w = p.like_a, probe.m = 1, probe.x = p.x, probe.ldx = p.ldx, probe.y = p.y, probe.x_norm_w = p.x_norm_w;
   probe.ldy = (int)(p.like_a.rows + (p.wb ? p.like_b.rows : 0));
   if (p.ldy < probe.ldy) return bad("ldy " + std::to_string(p.ldy) + " < the rows of both matrices " + std::to_string(probe.ldy));
   if (auto st = check_params(probe); !st.ok()) return bad(st.err().message);

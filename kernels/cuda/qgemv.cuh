@@ -36,6 +36,11 @@ struct qgemv_params {
   float* y = nullptr;        // [m, ldy] fp32, device
   int ldy = 0;
   bool accumulate = false;   // y += x·Wᵀ instead of y = x·Wᵀ
+  // optional RMSNorm of each x row first (rms_norm's formula over the cols channels, weights
+  // [cols]); saves the separate normalising launch when only projections read the normed row
+  const float* x_norm_w = nullptr;
+  float x_norm_eps = 0.0f;
+  const float* x_norm_inv = nullptr;  // [m] the rows' factors when known (else each block sums)
 };
 
 constexpr int k_qgemv_m_tile = 8;
@@ -66,6 +71,9 @@ struct qgemv_expert_params {
   int ldx = 0;
   float* y = nullptr;           // [n, ldy], ldy ≥ A + B
   int ldy = 0;
+  const float* x_norm_w = nullptr;  // as qgemv_params: x rows RMS-normalised on the fly
+  float x_norm_eps = 0.0f;
+  const float* x_norm_inv = nullptr;  // [n / x_div] the rows' factors when known
 };
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
 

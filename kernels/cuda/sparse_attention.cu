@@ -10,6 +10,7 @@
 #include "kernels/cuda/quant_device.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 
+#include <algorithm>
 #include <string>
 
 namespace cedar::kernels::cuda {
@@ -24,6 +25,18 @@ constexpr int k_unroll = 8;  // packed words each thread loads before decoding
 __device__ __forceinline__ uint32_t load4(const uint8_t* p) {
   if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return __ldg(reinterpret_cast<const uint32_t*>(p));
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// RoPE of channel c of a D-vector, by row r's angles (rope_rows' formula and rounding; sg −1:
+// the inverse). `at(j)` reads channel j of the same vector.
+template <class At>
+__device__ __forceinline__ float rope_channel(const sparse_attention_params& p, int r, int D, int c, float sg, At at) {
+  const int k = c - (D - 2 * p.rope_np);
+  if (!p.rope_cos || k < 0) return at(c);
+  const int c0 = c - (k & 1);
+  const float e = at(c0), o = at(c0 + 1);
+  const float cs = p.rope_cos[(size_t)r * p.rope_np + (k >> 1)], sn = sg * p.rope_sin[(size_t)r * p.rope_np + (k >> 1)];
+  return (k & 1) == 0 ? __fsub_rn(__fmul_rn(e, cs), __fmul_rn(o, sn)) : __fadd_rn(__fmul_rn(e, sn), __fmul_rn(o, cs));
 }
 
 // grid (R, head groups, splits). With splits == 1 the block writes the output; else it writes
@@ -44,7 +57,8 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
   float* fac = lrun + hb;             // [hb] rescale factor of this tile
 
   for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
-    qs[i] = p.q[((size_t)r * p.H + h0) * D + i];
+    const float* qv = p.q + ((size_t)r * p.H + h0) * D + (i / D) * D;
+    qs[i] = rope_channel(p, r, D, i % D, 1.0f, [&](int j) { return qv[j]; });
     acc[i] = 0.0f;
   }
   for (int h = threadIdx.x; h < nh; h += blockDim.x) {
@@ -177,34 +191,64 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
     }
     return;
   }
-  // the sink joins the denominator only
+  // the sink joins the denominator only; the inverse RoPE (when given) on the way out
   for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
     const int h = i / D;
     const float sink = p.sink[h0 + h];
     const float m = fmaxf(mrun[h], sink);
     const float den = lrun[h] * __expf(mrun[h] - m) + __expf(sink - m);
-    p.out[((size_t)r * p.H + h0) * D + i] = acc[i] * __expf(mrun[h] - m) / den;
+    const float* ah = acc + h * D;
+    p.out[((size_t)r * p.H + h0) * D + i] =
+        rope_channel(p, r, D, i - h * D, -1.0f, [&](int j) { return ah[j] * __expf(mrun[h] - m) / den; });
   }
 }
 
 // One block per (row, head): folds the splits' partial states and the sink (an empty split
-// has max −inf and contributes nothing).
+// has max −inf and contributes nothing). Warp 0 reduces the splits' maxima and sums with
+// shuffles and leaves each split's weight exp(m_s − m) in shared memory; every thread then
+// sums its channels over the splits with independent loads.
+constexpr int k_max_splits = 64;
+
 __global__ void sparse_attention_combine(sparse_attention_params p, int splits) {
   pdl_entry();
+  extern __shared__ float orow[];  // [D] the row's output before the inverse RoPE
+  __shared__ float wsplit[k_max_splits];
+  __shared__ float s_den;
   const int r = blockIdx.x, h = blockIdx.y, D = p.D;
   const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
   const float* po = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h) * splits * D;
-  float m = p.sink[h];
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[2 * s]);
-  float den = __expf(p.sink[h] - m);
-  for (int s = 0; s < splits; ++s)
-    if (ml[2 * s] != -INFINITY) den += ml[2 * s + 1] * __expf(ml[2 * s] - m);
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float ms[2], ls[2];
+    float m = p.sink[h];
+    for (int k = 0; k < 2; ++k) {
+      const int s = lane + 32 * k;
+      ms[k] = s < splits ? ml[2 * s] : -INFINITY;
+      ls[k] = s < splits ? ml[2 * s + 1] : 0.0f;
+      m = fmaxf(m, ms[k]);
+    }
+    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float den = 0.0f;
+    for (int k = 0; k < 2; ++k) {
+      const int s = lane + 32 * k;
+      const float w = ms[k] == -INFINITY ? 0.0f : __expf(ms[k] - m);
+      if (s < splits) wsplit[s] = w;
+      den += ls[k] * w;
+    }
+    for (int off = 16; off; off >>= 1) den += __shfl_xor_sync(0xffffffffu, den, off);
+    if (lane == 0) s_den = den + __expf(p.sink[h] - m);
+  }
+  __syncthreads();
+  const float inv = 1.0f / s_den;
   for (int c = threadIdx.x; c < D; c += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (ml[2 * s] != -INFINITY) o += po[(size_t)s * D + c] * __expf(ml[2 * s] - m);
-    p.out[((size_t)r * p.H + h) * D + c] = o / den;
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) o += po[(size_t)s * D + c] * wsplit[s];
+    orow[c] = o * inv;
   }
+  __syncthreads();
+  for (int c = threadIdx.x; c < D; c += blockDim.x)
+    p.out[((size_t)r * p.H + h) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int j) { return orow[j]; });
 }
 
 // Heads per block, splits over the keys and the workspace they need.
@@ -224,14 +268,23 @@ launch_shape shape_of(const sparse_attention_params& p) {
   auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
   int hb = p.H;
   while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
-  // a decode batch of a few rows: fewer heads per block, then split the keys, until the grid
-  // gives every multiprocessor ~2 blocks; each split keeps >= 2 tiles of keys (p.max_keys)
+  // a decode batch of a few rows: fewer heads per block until the grid gives every
+  // multiprocessor ~2 blocks, then split the keys (p.max_keys) over up to 4 blocks per
+  // multiprocessor
   const int64_t want = 2 * (int64_t)sms;
   while (hb > 1 && (int64_t)p.R * ((p.H + hb - 1) / hb) < want) hb = (hb + 1) / 2;
+  // each split takes at least one tile: a block's time is its chain of tiles (dequantise,
+  // score, softmax, accumulate, each behind a barrier), so at batch 1 short chains on many
+  // blocks beat long ones on few
   const int64_t blocks = (int64_t)p.R * ((p.H + hb - 1) / hb);
   const int max_tiles = (p.max_keys + k_tile - 1) / k_tile;
   int splits = 1;
-  while (blocks * splits < want && max_tiles / (splits * 2) >= 2) splits *= 2;
+  if (blocks < want) {
+    const int64_t want_split = 2 * want;
+    splits = (int)std::min<int64_t>({(want_split + blocks - 1) / blocks, (int64_t)max_tiles, (int64_t)k_max_splits});
+    const int per = (max_tiles + splits - 1) / splits;  // tiles per split; no split left empty
+    splits = (max_tiles + per - 1) / per;
+  }
   ls.hb = hb;
   ls.splits = splits;
   ls.workspace_floats = splits > 1 ? (size_t)p.R * p.H * splits * (2 + (size_t)p.D) : 0;
@@ -254,6 +307,7 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   if (!p.q || !p.sink || !p.out || !p.wkeys || !p.wstart || !p.wn) return bad("a required pointer is null");
   if (p.wcap <= 0) return bad("wcap must be > 0");
   if (p.nsel && (!p.main || !p.sel || p.K <= 0)) return bad("nsel given without main/sel/K");
+  if (p.rope_cos && (!p.rope_sin || p.rope_np <= 0 || 2 * p.rope_np > p.D)) return bad("bad RoPE pairs or null sin");
   // heads per block: as many as fit in ~96 KB of shared memory with the tile, and no more
   // than leaves ~2 blocks per multiprocessor (each block dequantises its keys for its heads)
   const launch_shape ls = shape_of(p);
@@ -276,7 +330,8 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   launch_kernel(sparse_attention_kernel, grid, k_threads, smem, stream, p, hb, splits);
   CEDAR_CUDA_LAUNCHED("cuda::sparse_attention");
   if (splits > 1) {
-    launch_kernel(sparse_attention_combine, dim3((unsigned)p.R, (unsigned)p.H), 128, 0, stream, p, splits);
+    launch_kernel(sparse_attention_combine, dim3((unsigned)p.R, (unsigned)p.H), 128, sizeof(float) * (size_t)p.D, stream,
+                  p, splits);
     CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (combine)");
   }
   return {};

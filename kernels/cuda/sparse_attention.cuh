@@ -29,7 +29,7 @@ struct sparse_attention_params {
   int H = 0;                          // query heads
   int D = 0;                          // head_dim, multiple of 32
   float scale = 0.0f;                 // logit scale (1/sqrt(D))
-  const float* q = nullptr;           // [R, H, D] queries, RoPE applied
+  const float* q = nullptr;           // [R, H, D] queries (RoPE applied unless rope_cos is given)
   const float* sink = nullptr;        // [H] learned sinks (enlarge the denominator only)
   // sliding window (FP8 SWA entries)
   const uint8_t* const* wkeys = nullptr;  // [R] -> packed [wcap, fp8_swa_bytes(D)]
@@ -42,6 +42,12 @@ struct sparse_attention_params {
   const int* nsel = nullptr;          // [R] ids used per row (<= K)
   int K = 0;                          // row stride of sel
   float* out = nullptr;               // [R, H, D]
+  // optional RoPE (rope_rows' formula): q rotated by row r's angles as it is read, the output
+  // rotated back (inverse) as it is written, on channels [D − 2·rope_np, D); null: q comes
+  // rotated and the output stays rotated
+  const float* rope_cos = nullptr;    // [R, rope_np]
+  const float* rope_sin = nullptr;
+  int rope_np = 0;
   // optional split of the keys over several blocks (decode batches of few rows): max_keys
   // bounds wn[r] + nsel[r]; a workspace of sparse_attention_workspace_floats(p) floats
   // (device) enables it. Without one (or a smaller one) each block takes all of a row's keys.

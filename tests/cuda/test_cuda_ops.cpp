@@ -18,6 +18,7 @@
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cuda/device_probe.cuh"
 #include "kernels/cuda/indexer.cuh"
+#include "kernels/cuda/kv_pack.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
 
@@ -160,6 +161,35 @@ TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
           << "pass " << pass << " row " << i / ((size_t)c.H * c.D) << " head " << (i / c.D) % c.H << " channel "
           << i % c.D;
     }
+  }
+  // fused RoPE (q rotated as it is read, the output rotated back as it is written): the same
+  // bits as rope_rows before and after the attention, in both paths
+  {
+    const int np = c.D / 8;
+    std::uniform_real_distribution<float> ang(-3.14159f, 3.14159f);
+    std::vector<float> cs((size_t)c.R * np), sn((size_t)c.R * np);
+    for (size_t i = 0; i < cs.size(); ++i) {
+      const float a = ang(g);
+      cs[i] = std::cos(a), sn[i] = std::sin(a);
+    }
+    dev_array<float> dcos(cs), dsin(sn), dq2(q), dref(ref.size());
+    for (int pass = 0; pass < (wsf > 0 ? 2 : 1); ++pass) {
+      p.workspace = pass ? dwork.p : nullptr;
+      p.workspace_floats = pass ? wsf : 0;
+      dq2.upload(q);
+      ASSERT_TRUE(cu::rope_rows(dq2.p, c.R, c.H, c.D, np, dcos.p, dsin.p, false, nullptr).ok());
+      p.q = dq2.p, p.out = dref.p, p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0;
+      ASSERT_TRUE(cu::sparse_attention(p, nullptr).ok());
+      ASSERT_TRUE(cu::rope_rows(dref.p, c.R, c.H, c.D, np, dcos.p, dsin.p, true, nullptr).ok());
+      dout.poison();
+      p.q = dq.p, p.out = dout.p, p.rope_cos = dcos.p, p.rope_sin = dsin.p, p.rope_np = np;
+      ASSERT_TRUE(cu::sparse_attention(p, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto want = dref.download(), got = dout.download();
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << "fused RoPE, pass " << pass << ", output " << i;
+    }
+    p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0, p.q = dq.p, p.out = dout.p;
   }
   std::printf("(split path: %s) ", wsf > 0 ? "tested" : "not used at these shapes");
   std::printf("R=%d H=%d D=%d W=%d E=%d K=%d: worst scaled error %.2e\n", c.R, c.H, c.D, c.W, c.E, c.K, worst);
@@ -314,9 +344,12 @@ INSTANTIATE_TEST_SUITE_P(shapes, cuda_indexer,
 
 TEST(cuda_topk, ties_go_to_the_lower_id_and_ids_come_back_ascending) {
   CEDAR_REQUIRE_GPU();
-  // many exact ties, ±0, -inf holes, +inf: the radix select must match the CPU rule exactly
-  const int R = 6, E = 4099, K = 300;
-  std::mt19937 g(5);
+  // many exact ties, ±0, -inf holes, +inf: the radix select must match the CPU rule exactly;
+  // row lengths that take each launch form (ids per thread 1..32 in registers, float4 loads
+  // or scalar ones, and the global-memory form past 16384)
+  for (const int E : {300, 2048, 4099, 8192, 16384, 20000}) {
+  const int R = 6, K = 300;
+  std::mt19937 g(5u + (unsigned)E);
   std::uniform_int_distribution<int> u(-3, 3);
   std::vector<float> s((size_t)R * E);
   for (size_t i = 0; i < s.size(); ++i) s[i] = 0.5f * (float)u(g);
@@ -335,7 +368,9 @@ TEST(cuda_topk, ties_go_to_the_lower_id_and_ids_come_back_ascending) {
   for (int r = 0; r < R; ++r) {
     auto want = cpu_topk(s.data() + (size_t)r * E, E, K);
     ASSERT_EQ(n[(size_t)r], (int)want.size()) << "row " << r;
-    for (size_t j = 0; j < want.size(); ++j) ASSERT_EQ(ids[(size_t)r * K + j], want[j]) << "row " << r << " rank " << j;
+    for (size_t j = 0; j < want.size(); ++j)
+      ASSERT_EQ(ids[(size_t)r * K + j], want[j]) << "E " << E << " row " << r << " rank " << j;
   }
   EXPECT_EQ(n[1], 100);
+  }
 }

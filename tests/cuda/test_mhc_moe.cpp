@@ -12,11 +12,13 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/quant.hpp"
 #include "kernels/cuda/mhc.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
 
 namespace cu = cedar::kernels::cuda;
+namespace kc = cedar::kernels;
 using cedar::test::dev_array;
 
 namespace {
@@ -211,6 +213,99 @@ TEST(cuda_moe, swiglu_and_combine_match_the_oracle) {
         float want = y0[(size_t)r * d + i];  // the same fp32 additions in the same order
         for (int s : slot) want += ye[((size_t)r * K + s) * d + i];
         ASSERT_EQ(y[(size_t)r * d + i], want) << "row " << r << " i " << i;
+      }
+    }
+  }
+}
+
+// One mHC site fused: hc_mix_collapse's partials (hc_fn · flat streams per 32-channel block,
+// their sum of squares) reduced by hc_post into the mixes of the normalised streams, and the
+// collapse with the previous weights — against the oracle: mixes = hc_fn · rmsnorm(X flat),
+// then the same mix weights as the unfused hc_post (pre, post, Sinkhorn comb).
+TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
+  CEDAR_REQUIRE_GPU();
+  for (int hc : {4, 2, 6}) {
+    for (int d : {64, 2048, 100}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool bf16 = variant == 1, expand = variant == 2;
+        const int R = 2, mix = (2 + hc) * hc, iters = 20;
+        const float eps = 1e-6f, neps = 1e-6f;
+        std::mt19937 g((unsigned)(hc * 31 + d + variant));
+        const auto X0 = randn(g, (size_t)R * hc * d, 1.0f), pre_prev = randn(g, (size_t)R * hc, 0.5f);
+        // expand variant: the previous sub-layer's output y expanded into the streams first
+        const auto ey = randn(g, (size_t)R * d, 1.0f), epost = randn(g, (size_t)R * hc, 1.0f),
+                   ecomb = randn(g, (size_t)R * hc * hc, 0.5f);
+        std::vector<float> X = X0;
+        if (expand)
+          for (int r = 0; r < R; ++r)
+            for (int k = 0; k < hc; ++k)
+              for (int i = 0; i < d; ++i) {
+                double t = (double)epost[(size_t)r * hc + k] * ey[(size_t)r * d + i];
+                for (int j = 0; j < hc; ++j)
+                  t += (double)ecomb[((size_t)r * hc + j) * hc + k] * X0[((size_t)r * hc + j) * d + i];
+                X[((size_t)r * hc + k) * d + i] = (float)t;
+              }
+        auto fnw = randn(g, (size_t)mix * hc * d, 0.05f);
+        std::vector<uint16_t> fnb(fnw.size());
+        if (bf16)
+          for (size_t i = 0; i < fnw.size(); ++i) fnw[i] = kc::bf16_to_f32(fnb[i] = kc::f32_to_bf16(fnw[i]));
+        const auto base = randn(g, (size_t)mix, 0.5f);
+        const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
+        dev_array<float> dey(ey), depost(epost), decomb(ecomb);
+        dev_array<float> dX(X0), dpp(pre_prev), dfn(fnw), db(base), ds(scale), dv((size_t)R * d),
+            dpart(cu::hc_mix_partial_floats(R, hc, d)), dpre((size_t)R * hc), dpost((size_t)R * hc),
+            dcomb((size_t)R * hc * hc);
+        dev_array<uint16_t> dfnb(fnb);
+        dv.poison(), dpre.poison(), dpost.poison(), dcomb.poison();
+        cu::hc_mix_params mp;
+        mp.R = R, mp.hc = hc, mp.d = d, mp.X = dX.p, mp.pre = dpp.p, mp.partial = dpart.p, mp.v = dv.p;
+        mp.fn = bf16 ? kc::qmatrix_bf16(dfnb.p, mix, (int64_t)hc * d) : kc::qmatrix_f32(dfn.p, mix, (int64_t)hc * d);
+        if (expand) mp.y = dey.p, mp.post = depost.p, mp.comb = decomb.p;
+        auto st = cu::hc_mix_collapse(mp, nullptr);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        cu::hc_post_params p;
+        p.R = R, p.hc = hc, p.sinkhorn_iters = iters, p.eps = eps, p.base = db.p, p.scale = ds.p;
+        p.partial = dpart.p, p.nblk = cu::hc_mix_blocks(d), p.ncols = hc * d, p.norm_eps = neps;
+        p.pre = dpre.p, p.post = dpost.p, p.comb = dcomb.p;
+        st = cu::hc_post(p, nullptr);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        // the unfused hc_post on the oracle's mixes: the fused result must match it
+        std::vector<float> mixes((size_t)R * mix);
+        for (int r = 0; r < R; ++r) {
+          double ss = 0;
+          for (int i = 0; i < hc * d; ++i) ss += (double)X[(size_t)r * hc * d + i] * X[(size_t)r * hc * d + i];
+          const double inv = 1 / std::sqrt(ss / (hc * d) + neps);
+          for (int m = 0; m < mix; ++m) {
+            double s = 0;
+            for (int i = 0; i < hc * d; ++i) s += (double)fnw[(size_t)m * hc * d + i] * X[(size_t)r * hc * d + i] * inv;
+            mixes[(size_t)r * mix + m] = (float)s;
+          }
+        }
+        dev_array<float> dm(mixes), rpre((size_t)R * hc), rpost((size_t)R * hc), rcomb((size_t)R * hc * hc);
+        cu::hc_post_params q = p;
+        q.partial = nullptr, q.mixes = dm.p, q.pre = rpre.p, q.post = rpost.p, q.comb = rcomb.p;
+        ASSERT_TRUE(cu::hc_post(q, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        auto near = [&](const dev_array<float>& a, const dev_array<float>& b, const char* what) {
+          const auto x = a.download(), y = b.download();
+          for (size_t i = 0; i < x.size(); ++i)
+            ASSERT_NEAR(x[i], y[i], 2e-4 * (std::fabs(y[i]) + 1)) << what << " hc " << hc << " d " << d << " i " << i;
+        };
+        near(dpre, rpre, "pre");
+        near(dpost, rpost, "post");
+        near(dcomb, rcomb, "comb");
+        if (expand) {
+          const auto Xn = dX.download();
+          for (size_t i = 0; i < X.size(); ++i) ASSERT_NEAR(Xn[i], X[i], 1e-5 * (std::fabs(X[i]) + 1)) << "expanded X " << i;
+        }
+        const auto v = dv.download();
+        for (int r = 0; r < R; ++r)
+          for (int i = 0; i < d; ++i) {
+            double want = 0;
+            for (int k = 0; k < hc; ++k) want += (double)pre_prev[(size_t)r * hc + k] * X[((size_t)r * hc + k) * d + i];
+            ASSERT_NEAR(v[(size_t)r * d + i], want, 1e-5 * (std::fabs(want) + 1)) << "collapse hc " << hc << " d " << d;
+          }
       }
     }
   }

@@ -414,3 +414,65 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.err().message.find("differs from the first"), std::string::npos) << st.err().message;
 }
+
+// x_norm_w: each activation row RMS-normalised (with weights) on the fly, in qgemv and in a
+// group (one item normalised, one not), against the double oracle W · (x · inv · g).
+TEST(cuda_qgemv_norm, rows_normalised_on_the_fly_match_the_oracle) {
+  CEDAR_REQUIRE_GPU();
+  for (int m : {1, 3, 9}) {
+    for (F f : {F::bf16, F::f8_e4m3, F::f32}) {
+      std::mt19937 g(600u + (unsigned)m + (unsigned)f);
+      const int64_t rows = 40, cols = 512;
+      const host_weight hw = make_weight(g, f, rows, cols, f == F::f8_e4m3 ? 32 : 1);
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      std::vector<float> x((size_t)m * cols), w((size_t)cols);
+      for (auto& v : x) v = nd(g);
+      for (auto& v : w) v = nd(g);
+      dev_array<uint8_t> dd(hw.data), ds(hw.scales.empty() ? std::vector<uint8_t>(1) : hw.scales);
+      dev_array<float> dx(x), dw(w), dy((size_t)m * rows), dy2((size_t)m * rows);
+      dy.poison(), dy2.poison();
+      cu::qgemv_params p;
+      p.w.format = f, p.w.rows = rows, p.w.cols = cols, p.w.data = dd.p;
+      p.w.scale_e8m0 = hw.scales.empty() ? nullptr : ds.p, p.w.scale_block_rows = f == F::f8_e4m3 ? 32 : 1;
+      p.w.scale_cols = (cols + 31) / 32;
+      p.m = m, p.x = dx.p, p.ldx = (int)cols, p.y = dy.p, p.ldy = (int)rows, p.x_norm_w = dw.p, p.x_norm_eps = 1e-6f;
+      ASSERT_TRUE(cu::qgemv(p, nullptr).ok());
+      cu::qgemv_params items[2] = {p, p};
+      items[0].y = dy2.p;
+      items[1].x_norm_w = nullptr;  // an unnormalised item in the same launch writes dy (overwritten below)
+      items[1].y = dy.p;
+      cu::qgemv_params solo = p;  // dy again, normalised, after the group
+      ASSERT_TRUE(cu::qgemv_grouped(items, 2, nullptr).ok());
+      ASSERT_TRUE(cu::qgemv(solo, nullptr).ok());
+      // the rows' factors given (x_norm_inv) instead of summed by every block
+      std::vector<float> inv_rows((size_t)m);
+      for (int i = 0; i < m; ++i) {
+        double ss = 0;
+        for (int64_t k = 0; k < cols; ++k) ss += (double)x[(size_t)i * cols + k] * x[(size_t)i * cols + k];
+        inv_rows[(size_t)i] = (float)(1 / std::sqrt(ss / (double)cols + 1e-6));
+      }
+      dev_array<float> dinv(inv_rows), dy3((size_t)m * rows);
+      dy3.poison();
+      cu::qgemv_params given = p;
+      given.y = dy3.p, given.x_norm_inv = dinv.p;
+      ASSERT_TRUE(cu::qgemv(given, nullptr).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto y = dy.download(), y2 = dy2.download(), y3 = dy3.download();
+      for (int i = 0; i < m; ++i) {
+        double ss = 0;
+        for (int64_t k = 0; k < cols; ++k) ss += (double)x[(size_t)i * cols + k] * x[(size_t)i * cols + k];
+        const double inv = 1 / std::sqrt(ss / (double)cols + 1e-6);
+        for (int64_t r = 0; r < rows; ++r) {
+          double s = 0, mag = 0;
+          for (int64_t k = 0; k < cols; ++k) {
+            const double t = (double)hw.value[(size_t)(r * cols + k)] * x[(size_t)i * cols + k] * inv * w[(size_t)k];
+            s += t, mag += std::fabs(t);
+          }
+          ASSERT_LE(std::fabs(y[(size_t)i * rows + r] - s) / (mag + 1e-30), 1e-5) << "m " << m << " row " << r;
+          ASSERT_LE(std::fabs(y2[(size_t)i * rows + r] - s) / (mag + 1e-30), 1e-5) << "grouped, m " << m << " row " << r;
+          ASSERT_LE(std::fabs(y3[(size_t)i * rows + r] - s) / (mag + 1e-30), 1e-5) << "given factors, m " << m << " row " << r;
+        }
+      }
+    }
+  }
+}
