@@ -184,22 +184,59 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
     if (valid) p.X[((size_t)r * hc + k) * d + i] = x;
   }
   const int64_t col = (int64_t)k * d + i;
-  for (int m0 = 0; m0 < mix; m0 += MIXC) {
-    float t[MIXC];
+  if constexpr (HC > 0 && (2 + HC) * HC + 1 <= 32) {
+    // 32 values per lane (the mix products, the square, zeros) reduced over the warp by a
+    // transposing butterfly: at offset o a lane keeps the half of its values its bit o selects
+    // and adds the partner's copy of them; after 5 levels lane l holds value l's warp sum
+    // (31 shuffles instead of 5 per value). Row m of hc_fn is one stride (cols) further.
+    constexpr int MIX = (2 + HC) * HC;
+    float t[32];
+    const int64_t base = (p.fn.row0 * p.fn.cols) + col, stride = p.fn.cols;
 #pragma unroll
-    for (int m = 0; m < MIXC; ++m) t[m] = valid && m0 + m < mix ? qmatrix_at(p.fn, m0 + m, col) * x : 0.0f;
+    for (int m = 0; m < MIX; ++m) {
+      float w = 0.0f;
+      if (valid) {
+        if (p.fn.format == weight_format::bf16)
+          w = __uint_as_float((uint32_t)__ldg(static_cast<const uint16_t*>(p.fn.data) + base + m * stride) << 16);
+        else if (p.fn.format == weight_format::f32)
+          w = __ldg(static_cast<const float*>(p.fn.data) + base + m * stride);
+        else
+          w = qmatrix_at(p.fn, m, col);
+      }
+      t[m] = w * x;
+    }
+    t[MIX] = x * x;
 #pragma unroll
-    for (int off = 16; off; off >>= 1)
+    for (int m = MIX + 1; m < 32; ++m) t[m] = 0.0f;
 #pragma unroll
-      for (int m = 0; m < MIXC; ++m) t[m] += __shfl_xor_sync(0xffffffffu, t[m], off);
-    if (lane == 0)
+    for (int o = 16, n = 32; o >= 1; o >>= 1, n >>= 1) {
+      const bool upper = (lane & o) != 0;
 #pragma unroll
-      for (int m = 0; m < MIXC; ++m)
-        if (m0 + m < mix) red[k * nw + m0 + m] = t[m];
+      for (int q = 0; q < n / 2; ++q) {
+        const float send = upper ? t[q] : t[q + n / 2];
+        const float keep = upper ? t[q + n / 2] : t[q];
+        t[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+      }
+    }
+    if (lane <= MIX) red[k * nw + lane] = t[0];
+  } else {
+    for (int m0 = 0; m0 < mix; m0 += MIXC) {
+      float t[MIXC];
+#pragma unroll
+      for (int m = 0; m < MIXC; ++m) t[m] = valid && m0 + m < mix ? qmatrix_at(p.fn, m0 + m, col) * x : 0.0f;
+#pragma unroll
+      for (int off = 16; off; off >>= 1)
+#pragma unroll
+        for (int m = 0; m < MIXC; ++m) t[m] += __shfl_xor_sync(0xffffffffu, t[m], off);
+      if (lane == 0)
+#pragma unroll
+        for (int m = 0; m < MIXC; ++m)
+          if (m0 + m < mix) red[k * nw + m0 + m] = t[m];
+    }
+    float ss = x * x;
+    for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) red[k * nw + mix] = ss;
   }
-  float ss = x * x;
-  for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (lane == 0) red[k * nw + mix] = ss;
   __syncthreads();
   float* out = p.partial + ((size_t)r * gridDim.x + blk) * (mix + 2);
   for (int v = threadIdx.x; v < nw; v += blockDim.x) {
