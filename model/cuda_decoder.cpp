@@ -729,16 +729,8 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     p.x_norm_inv = norm_inv;
     return p;
   };
-  auto gemv = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy, bool acc = false) -> status {
-    kcu::qgemv_params p;
-    p.w = w;
-    p.m = B;
-    p.x = in;
-    p.ldx = ldx;
-    p.y = out;
-    p.ldy = ldy;
-    p.accumulate = acc;
-    return kcu::qgemv(p, stream_);
+  auto gemv = [&](const qmatrix& w, const float* in, int ldx, float* out, int ldy) -> status {
+    return kcu::qgemv(gemv_item(w, in, ldx, out, ldy), stream_);
   };
 
   // One mHC site: the mix projection's partials and the collapse of the streams with the

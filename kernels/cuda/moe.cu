@@ -15,6 +15,17 @@ namespace {
 
 __device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// Row r's weights of its chosen experts sl[0..K): s / Σ s (renormalised, K > 1) × route_scale.
+__device__ void route_weights(const moe_route_params& p, int r, const float* lr, const int32_t* sl) {
+  float sum = 0.0f;
+  for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
+  for (int k = 0; k < p.K; ++k) {
+    float wk = sqrtf(softplus_torch(lr[sl[k]]));
+    if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
+    p.weight[(size_t)r * p.K + k] = wk * p.route_scale;
+  }
+}
+
 __global__ void moe_route_kernel(moe_route_params p) {
   pdl_entry();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -36,13 +47,7 @@ __global__ void moe_route_kernel(moe_route_params p) {
     }
     sl[k] = best;
   }
-  float sum = 0.0f;
-  for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
-  for (int k = 0; k < p.K; ++k) {
-    float wk = sqrtf(softplus_torch(lr[sl[k]]));
-    if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
-    p.weight[(size_t)r * p.K + k] = wk * p.route_scale;
-  }
+  route_weights(p, r, lr, sl);
 }
 
 // A warp per row (E ≤ 32 · 32): lane l owns experts l, l + 32, ...; each of the K rounds takes
@@ -75,13 +80,7 @@ __global__ void __launch_bounds__(32 * k_route_warps) moe_route_warp_kernel(moe_
   }
   __syncwarp();
   if (lane != 0) return;
-  float sum = 0.0f;
-  for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
-  for (int k = 0; k < p.K; ++k) {
-    float wk = sqrtf(softplus_torch(lr[sl[k]]));
-    if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
-    p.weight[(size_t)r * p.K + k] = wk * p.route_scale;
-  }
+  route_weights(p, r, lr, sl);
 }
 
 constexpr int k_elem_threads = 256;  // swiglu / combine: grid (element blocks, rows)

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <random>
 #include <vector>
 
 #include "kernels/cuda/device_probe.cuh"
@@ -33,6 +34,14 @@ struct dev_array {
   }
   void poison() { cudaMemset(p, 0xFF, sizeof(T) * n); }  // NaN for floats, -1 for ints
 };
+
+// n normal values of standard deviation sd.
+inline std::vector<float> randn(std::mt19937& g, size_t n, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
 
 // Fails (never skips) when there is no GPU, naming why.
 #define CEDAR_REQUIRE_GPU()                                                                       \

@@ -20,15 +20,9 @@
 namespace cu = cedar::kernels::cuda;
 namespace kc = cedar::kernels;
 using cedar::test::dev_array;
+using cedar::test::randn;
 
 namespace {
-
-std::vector<float> randn(std::mt19937& g, size_t n, float sd) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 

@@ -20,15 +20,9 @@
 namespace kc = cedar::kernels;
 namespace cu = cedar::kernels::cuda;
 using cedar::test::dev_array;
+using cedar::test::randn;
 
 namespace {
-
-std::vector<float> randn(std::mt19937& g, size_t n, float sd) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 void angles(std::mt19937& g, size_t n, std::vector<float>& cs, std::vector<float>& sn) {
   std::uniform_real_distribution<float> a(-3.14159f, 3.14159f);
