@@ -80,6 +80,9 @@ try {
   await page.waitForSelector('#live-tools .tool-call[data-tool="calculator"], #timeline .tool-call[data-tool="calculator"]', { timeout: 90000 });
   check(true, 'the calculator tool call appears');
   await page.waitForFunction(() => { const s = document.querySelector('#s-status'); return s && s.textContent !== 'running'; }, null, { timeout: 120000 });
+  await page.waitForSelector('#s-masked', { timeout: 20000 });
+  const masked = await page.textContent('#s-masked');
+  check(/^grammar-masked draws \d+$/.test(masked.trim()), 'the turn summary shows the grammar-masked draws: ' + masked.trim());
   const callText = await page.textContent('#timeline .tool-call[data-tool="calculator"]');
   // The default model is small and undertrained: it calls the calculator, not always with 17 * 23.
   check(/expression/.test(callText), 'the tool call shows its arguments: ' + callText.replace(/\s+/g, ' ').slice(0, 80));

@@ -155,6 +155,10 @@ async function loadSession() {
       metric('bf16', fmtBytes(s.kv_bf16_bytes)), s.parent >= 0 ? metric('fork of', s.parent) : null,
       last ? metric('last turn: first token', fmtMs(last.first_token_ms)) : null,
       last ? metric('total', fmtMs(last.total_ms)) : null,
+      last ? metric('tool calls', last.tool_calls) : null,
+      // draws the tool-call grammar rejected in the last turn (constrained decoding)
+      last ? el('span', { id: 's-masked', title: 'sampled tokens the tool-call grammar rejected and redrew' },
+        'grammar-masked draws ', el('b', {}, last.masked_tokens ?? 0)) : null,
       !last && stored ? metric('last turn: first token', fmtMs(stored.ttft_ms)) : null,
       !last && stored ? metric('decode', stored.decode_tok_s.toFixed(1) + ' tok/s') : null,
       last && last.cancelled ? el('b', { id: 's-cancelled' }, 'cancelled') : null,
