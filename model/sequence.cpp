@@ -153,6 +153,15 @@ void sequence::clear() {
 }
 
 status sequence::restore(const sequence_snapshot& s) {
+  sequence_snapshot_view v;
+  v.tokens = s.tokens;
+  v.ngram_history = s.ngram_history;
+  for (const sequence_snapshot::source& o : s.sources)
+    v.sources.push_back({o.main, o.index, o.n_pending, o.pending_kv, o.pending_gate});
+  return restore(v);
+}
+
+status sequence::restore(const sequence_snapshot_view& s) {
   ++ident_.version;
   if (s.sources.size() != sources_.size())
     return make_error(errc::mismatch, "sequence restore: " + std::to_string(s.sources.size()) +
@@ -160,7 +169,7 @@ status sequence::restore(const sequence_snapshot& s) {
   const int64_t n = (int64_t)s.tokens.size();
   for (size_t i = 0; i < sources_.size(); ++i) {
     const kv_source_state& k = sources_[i];
-    const sequence_snapshot::source& o = s.sources[i];
+    const sequence_snapshot_view::source& o = s.sources[i];
     const std::string who = "sequence restore: KV source layer " + std::to_string(k.layer);
     const int64_t entries = n / k.ratio;
     if (o.main.size() != (size_t)entries * main_bytes_)
@@ -184,14 +193,24 @@ status sequence::restore(const sequence_snapshot& s) {
   for (int32_t t : s.tokens)
     if (t < 0 || t >= cfg_.vocab_size)
       return make_error(errc::invalid_argument, "sequence restore: token id " + std::to_string(t) + " out of range");
-  tokens_ = s.tokens;
-  ngram_history_ = s.ngram_history;
+  const int64_t spare = restore_spare_tokens(n);
+  // plain copies (the bytes are the only form of the global KV) into arrays with room for the
+  // next turn: assign() into an array the size of the bytes would make the next append copy
+  // them all again
+  const auto copy_with_room = [](auto& dst, auto src, size_t room) {
+    dst.clear();
+    dst.reserve(src.size() + room);
+    dst.insert(dst.end(), src.begin(), src.end());
+  };
+  copy_with_room(tokens_, s.tokens, (size_t)spare);
+  ngram_history_.assign(s.ngram_history.begin(), s.ngram_history.end());
   for (swa_ring& r : rings_) r.first_pos = n;  // empty: replay rebuilds them
   for (size_t i = 0; i < sources_.size(); ++i) {
     kv_source_state& k = sources_[i];
-    const sequence_snapshot::source& o = s.sources[i];
-    k.main = o.main;  // plain copies: the bytes are the only form of the global KV
-    k.index = o.index;
+    const sequence_snapshot_view::source& o = s.sources[i];
+    const size_t room = (size_t)((spare + k.ratio - 1) / k.ratio);
+    copy_with_room(k.main, o.main, room * main_bytes_);
+    copy_with_room(k.index, o.index, room * index_bytes_);
     k.n_entries = n / k.ratio;
     k.n_pending = o.n_pending;
     std::copy(o.pending_kv.begin(), o.pending_kv.end(), k.pending_kv.begin());

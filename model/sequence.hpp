@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,20 @@ struct sequence_snapshot {
   };
   std::vector<source> sources;          // config.kv_source_layer_ids order
   std::vector<int64_t> ngram_history;   // compressed ids, oldest first
+};
+
+// The same state borrowed, not owned: what sequence::restore reads. The executor restores
+// straight from the store's buffers through it (no intermediate sequence_snapshot copy of the
+// entry bytes). The spans must not point into the restored sequence's own arrays.
+struct sequence_snapshot_view {
+  std::span<const int32_t> tokens;
+  struct source {
+    std::span<const uint8_t> main, index;
+    int n_pending = 0;
+    std::span<const float> pending_kv, pending_gate;  // [n_pending, head_dim] each
+  };
+  std::vector<source> sources;             // config.kv_source_layer_ids order
+  std::span<const int64_t> ngram_history;  // compressed ids, oldest first
 };
 
 class sequence {
@@ -109,9 +124,14 @@ class sequence {
 
   sequence_snapshot snapshot() const;
   // Restores everything but the SWA rings (which come back empty: run runner::replay): the
-  // entry bytes are copied as they are (nothing is unpacked). Checks sizes against the config
-  // and the token count (errors name the source and field).
+  // entry bytes are copied as they are (nothing is unpacked), once, into arrays with room for
+  // the next turn's entries (restore_spare_tokens(n) more tokens), so the first append
+  // after a resume does not reallocate and copy the whole history. Checks sizes against the
+  // config and the token count (errors name the source and field).
   status restore(const sequence_snapshot& s);
+  status restore(const sequence_snapshot_view& s);
+  // Tokens of room restore leaves after n restored tokens: n/16 + 256.
+  static int64_t restore_spare_tokens(int64_t n) { return n / 16 + 256; }
   void clear();
 
   // ---- used by the forward pass (forward.cpp) -------------------------------------------

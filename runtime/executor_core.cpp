@@ -257,8 +257,11 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
 
   // Try the replayed path: global KV pages + aux state, then bounded replay.
   std::string why;
-  model::sequence_snapshot snap;
+  // Borrowed from cp: sequence::restore copies the entry bytes once, straight from cp's buffers.
+  model::sequence_snapshot_view snap;
   snap.tokens = cp.tokens;
+  std::vector<std::vector<float>> pending((size_t)r.seq->n_sources() * 2);  // kv, gate per source
+  std::vector<int64_t> ngram;
   bool ok = cp.pages_ok && cp.problem.empty();
   if (!ok) why = cp.problem.empty() ? "pages failed verification" : cp.problem;
   // Exact resume by policy, or unquantised KV (never persisted): re-prefill, without a warning.
@@ -277,9 +280,11 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
       why = "KV source layer " + std::to_string(ls.layer) + " where the model has " + std::to_string(st.layer);
       break;
     }
-    model::sequence_snapshot::source s;
+    model::sequence_snapshot_view::source s;
     s.main = ls.main;
     s.index = ls.index;
+    std::vector<float>& pkv = pending[2 * (size_t)i];
+    std::vector<float>& pgate = pending[2 * (size_t)i + 1];
     if (st.ratio > 1) {
       auto a = std::find_if(cp.aux.begin(), cp.aux.end(),
                             [&](const auto& b) { return b.first == "pending.L" + std::to_string(st.layer); });
@@ -287,13 +292,15 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
       if (a != cp.aux.end()) b = a->second;
       uint32_t n = 0;
       if (a == cp.aux.end() || !get_magic(b) || !get(b, n) || int(n) >= st.ratio ||
-          !get_floats(b, s.pending_kv, size_t(n) * c.head_dim) || !get_floats(b, s.pending_gate, size_t(n) * c.head_dim)) {
+          !get_floats(b, pkv, size_t(n) * c.head_dim) || !get_floats(b, pgate, size_t(n) * c.head_dim)) {
         ok = false;
         why = "aux 'pending.L" + std::to_string(st.layer) + "' missing or malformed";
         break;
       }
       s.n_pending = int(n);
     }
+    s.pending_kv = pkv;
+    s.pending_gate = pgate;
     snap.sources.push_back(std::move(s));
   }
   if (ok) {
@@ -305,9 +312,10 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
       ok = false;
       why = "aux 'ngram' missing or malformed";
     } else {
-      snap.ngram_history.resize(n);
-      for (auto& v : snap.ngram_history)
+      ngram.resize(n);
+      for (auto& v : ngram)
         if (!get(b, v)) { ok = false; why = "aux 'ngram' truncated"; break; }
+      snap.ngram_history = ngram;
     }
   }
   if (ok) {

@@ -1,7 +1,8 @@
 // Tests of the sequence's global KV storage (model/sequence.hpp invariants 3 and 4): entries
 // exist only as bytes (fp4_kv + fp4_index, or raw fp32 in f32_diagnostic); main_entry /
 // main_values / index_values read them back exactly as the codecs define; index_f32 is the
-// diagnostic storage read in place; snapshot + restore is a plain byte copy.
+// diagnostic storage read in place; snapshot + restore is a plain byte copy, the same from
+// borrowed bytes (sequence_snapshot_view), into arrays with room for the next turn.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -118,5 +119,37 @@ TEST(sequence_kv, restore_is_a_byte_copy) {
     EXPECT_EQ(b.source(i).index, a.source(i).index);
     EXPECT_EQ(b.source(i).n_entries, a.source(i).n_entries);
     EXPECT_EQ(b.main_values(i), a.main_values(i));
+  }
+  // restore from borrowed bytes (the executor's form): the same state as from the snapshot
+  cm::sequence_snapshot_view view;
+  view.tokens = snap.tokens;
+  view.ngram_history = snap.ngram_history;
+  for (const auto& o : snap.sources) view.sources.push_back({o.main, o.index, o.n_pending, o.pending_kv, o.pending_gate});
+  cm::sequence v(c);
+  ASSERT_TRUE(v.restore(view).ok());
+  EXPECT_EQ(v.tokens(), b.tokens());
+  for (int i = 0; i < a.n_sources(); ++i) {
+    EXPECT_EQ(v.source(i).main, b.source(i).main);
+    EXPECT_EQ(v.source(i).index, b.source(i).index);
+    EXPECT_EQ(v.source(i).n_entries, b.source(i).n_entries);
+    EXPECT_EQ(v.source(i).n_pending, b.source(i).n_pending);
+  }
+  // the arrays keep room for the next turn: restore_spare_tokens(n) more tokens append in place
+  const int spare = (int)cm::sequence::restore_spare_tokens(n_tok);
+  std::vector<const uint8_t*> main0, index0;
+  for (int i = 0; i < v.n_sources(); ++i) {
+    main0.push_back(v.source(i).main.data());
+    index0.push_back(v.source(i).index.data());
+  }
+  const int32_t* tok0 = v.tokens().data();
+  std::vector<int32_t> more((size_t)spare, 7);
+  std::vector<int64_t> more_comp((size_t)spare, 1);
+  v.append_tokens(more.data(), spare, more_comp.data());
+  for (int i = 0; i < v.n_sources(); ++i)
+    for (int e = 0; e < spare / v.source(i).ratio; ++e) v.append_entry(i, m.data(), k.data());
+  EXPECT_EQ(v.tokens().data(), tok0);
+  for (int i = 0; i < v.n_sources(); ++i) {
+    EXPECT_EQ(v.source(i).main.data(), main0[(size_t)i]) << "source " << i << " reallocated";
+    EXPECT_EQ(v.source(i).index.data(), index0[(size_t)i]) << "source " << i << " reallocated";
   }
 }
