@@ -235,14 +235,12 @@ class cuda_backend final : public backend {
   std::vector<dev_block> blocks_;
   qmatrix embed_, head_;
   const float* norm_ = nullptr;
-  const float* ones_ = nullptr;  // [hc·d] unweighted RMSNorm
   std::unordered_map<uint64_t, dev_sequence> seqs_;  // by sequence id
   uint64_t step_ = 0;
   std::unordered_map<std::string, dev_mem> scratch_;
   uint8_t* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
   std::vector<uint8_t> blob_;
-  std::vector<float> ones_host_;
   bool trace_ = false;
   bool graphs_ = true;  // CEDAR_CUDA_GRAPHS=0: every step launched op by op (diagnostics)
   std::vector<uintptr_t> graph_key_, warm_key_;
@@ -372,13 +370,9 @@ status cuda_backend::upload_weights() {
       CEDAR_UP(d.eg_qk, b.engram.qk);
     }
   }
-  const int64_t d = c.hidden_size;
   CEDAR_UP(embed_, e_.embed());
   CEDAR_UP(head_, e_.head());
   CEDAR_UP(norm_, e_.norm());
-  static_assert(sizeof(float) == 4);
-  ones_host_.assign((size_t)c.hc_mult * d, 1.0f);
-  CEDAR_UP(ones_, ones_host_);
   return {};
 }
 

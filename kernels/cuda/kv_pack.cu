@@ -113,43 +113,18 @@ __device__ __forceinline__ float fp4_index_lane(float v, int lane, int blk, int 
   return v;
 }
 
-// One warp per 32 channels.
-__global__ void pack_fp8_swa_kernel(const float* x, int n, uint8_t* const* dst) {
+// The FP4 index round trip of each row in place, one warp per 32 channels.
+__global__ void fp4_index_fake_kernel(float* x, int n) {
   pdl_entry();
-  const int r = blockIdx.x;
-  uint8_t* out = dst[r];
-  if (!out) return;
-  const int lane = threadIdx.x & 31;
-  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5)
-    fp8_swa_lane(x[(size_t)r * n + blk * 32 + lane], lane, blk, n, out);
-}
-
-__global__ void pack_fp4_kv_kernel(const float* x, int n, uint8_t* const* dst) {
-  pdl_entry();
-  const int r = blockIdx.x;
-  uint8_t* out = dst[r];
-  if (!out) return;
-  const int lane = threadIdx.x & 31;
-  for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5)
-    fp4_kv_lane(x[(size_t)r * n + blk * 32 + lane], lane, blk, n, out);
-}
-
-// fake = write decoded values back.
-__global__ void fp4_index_kernel(float* xf, const float* x, int n, uint8_t* const* dst) {
-  pdl_entry();
-  const int r = blockIdx.x;
-  uint8_t* out = dst ? dst[r] : nullptr;
-  if (dst && !out) return;
-  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x, lane = threadIdx.x & 31;
   for (int blk = threadIdx.x >> 5; blk < n / 32; blk += blockDim.x >> 5) {
-    const int ch = blk * 32 + lane;
-    const float q = fp4_index_lane(x[(size_t)r * n + ch], lane, blk, n, out);
-    if (!out) xf[(size_t)r * n + ch] = q;
+    float* v = x + (size_t)r * n + blk * 32 + lane;
+    *v = fp4_index_lane(*v, lane, blk, n, nullptr);
   }
 }
 
 // norm -> RoPE -> encode of one vector per block, a thread per channel (blockDim = n ≤ 1024):
-// the values the separate rms_norm, rope_rows and pack kernels would give, in one launch.
+// what rms_norm, rope_rows and a separate encoder would give, in one launch.
 __global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_params p) {
   pdl_entry();
   __shared__ float part[32];
@@ -198,11 +173,6 @@ __global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_par
   if (p.write_back) xr[c] = v;
 }
 
-__global__ void scale_kernel(float* x, int n, float s) {
-  pdl_entry();
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= s;
-}
 
 status check(const char* op, int R, int n, int block, const void* a, const void* b) {
   if (R <= 0 || n <= 0 || n % block != 0 || !a || !b)
@@ -227,38 +197,10 @@ status rope_rows(float* x, int R, int nvec, int n, int np, const float* cos, con
   return {};
 }
 
-status pack_fp8_swa(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
-  CEDAR_TRY(check("pack_fp8_swa", R, n, 32, x, dst));
-  launch_kernel(pack_fp8_swa_kernel, R, block_threads(n), 0, stream, x, n, dst);
-  CEDAR_CUDA_LAUNCHED("pack_fp8_swa");
-  return {};
-}
-
-status pack_fp4_kv(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
-  CEDAR_TRY(check("pack_fp4_kv", R, n, 32, x, dst));  // warps own 32 channels: n % 32
-  launch_kernel(pack_fp4_kv_kernel, R, block_threads(n), 0, stream, x, n, dst);
-  CEDAR_CUDA_LAUNCHED("pack_fp4_kv");
-  return {};
-}
-
-status pack_fp4_index(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream) {
-  CEDAR_TRY(check("pack_fp4_index", R, n, 32, x, dst));
-  launch_kernel(fp4_index_kernel, R, block_threads(n), 0, stream, nullptr, x, n, dst);
-  CEDAR_CUDA_LAUNCHED("pack_fp4_index");
-  return {};
-}
-
 status fp4_index_fake_quant(float* x, int rows, int n, cudaStream_t stream) {
   CEDAR_TRY(check("fp4_index_fake_quant", rows, n, 32, x, x));
-  launch_kernel(fp4_index_kernel, rows, block_threads(n), 0, stream, x, x, n, nullptr);
+  launch_kernel(fp4_index_fake_kernel, rows, block_threads(n), 0, stream, x, n);
   CEDAR_CUDA_LAUNCHED("fp4_index_fake_quant");
-  return {};
-}
-
-status scale_values(float* x, int n, float s, cudaStream_t stream) {
-  if (n <= 0 || !x) return make_error(errc::invalid_argument, "scale_values: empty or null");
-  launch_kernel(scale_kernel, (n + 255) / 256, 256, 0, stream, x, n, s);
-  CEDAR_CUDA_LAUNCHED("scale_values");
   return {};
 }
 

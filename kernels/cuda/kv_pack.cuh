@@ -1,8 +1,9 @@
 // kv_pack — the per-row vector ops around the caches of a decode step on the GPU
 // (MODEL_SPEC §1 "attention", §3 "KV formats"): interleaved-pair RoPE on the trailing
 // qk_rope_head_dim channels (forward and inverse), and the cache encoders — FP8 SWA entries
-// into a ring slot, FP4 main-KV and FP4 index-key entries appended to a KV source — plus the
-// FP4 fake quantisation of indexer queries. The encoders are kernels/cpu/quant.cpp's, bit for
+// into a ring slot, FP4 main-KV and FP4 index-key entries appended to a KV source, each behind
+// the RMSNorm and RoPE of its vector in one kernel (norm_rope_pack) — plus the FP4 fake
+// quantisation of indexer queries. The encoders are kernels/cpu/quant.cpp's, bit for
 // bit (same scale rules, same round-to-nearest-even, IEEE division where the CPU divides), so
 // a page written by the GPU equals the CPU's page for the same input floats.
 //
@@ -23,18 +24,8 @@ namespace cedar::kernels::cuda {
 status rope_rows(float* x, int R, int nvec, int n, int np, const float* cos, const float* sin, bool inverse,
                  cudaStream_t stream);
 
-// Row r's x [n] -> dst[r] (fp8_swa_bytes(n)); n % 32 == 0.
-status pack_fp8_swa(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream);
-// Row r's x [n] -> dst[r] (fp4_kv_bytes(n)); n % 16 == 0.
-status pack_fp4_kv(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream);
-// Row r's x [n] -> dst[r] (fp4_index_bytes(n)); n % 32 == 0.
-status pack_fp4_index(const float* x, int R, int n, uint8_t* const* dst, cudaStream_t stream);
-
 // x [rows, n] in place: the values fp4_index_unpack(fp4_index_pack(x)) gives (indexer queries).
 status fp4_index_fake_quant(float* x, int rows, int n, cudaStream_t stream);
-
-// x [n] *= s
-status scale_values(float* x, int n, float s, cudaStream_t stream);
 
 // RMSNorm -> RoPE -> encode, fused (one launch for what rms_norm, rope_rows and a pack kernel
 // would do one after the other, with the same formulas; the norm's sum is in another order).
