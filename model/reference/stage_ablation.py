@@ -35,6 +35,17 @@ from cedar_ref import train_core as TC  # noqa: E402
 from cedar_ref.config import ModelConfig  # noqa: E402
 
 
+def _pool_list(text):
+    """--pools: comma-separated positive block counts."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of block counts")
+    if any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"'{text}': block counts must be at least 1")
+    return vals
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer.json)")
@@ -42,7 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--split", choices=["train", "heldout"], default="train")
     ap.add_argument("--seed", type=int, default=4242, help="data seed of the samples")
     ap.add_argument("--max-len", type=int, default=3072)
-    ap.add_argument("--pools", default="", help="comma-separated candidate_topk_blocks values to try in stage C")
+    ap.add_argument("--pools", type=_pool_list, default=[], help="comma-separated candidate_topk_blocks values to try in stage C")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     a = ap.parse_args(argv)
@@ -52,7 +63,6 @@ def main(argv=None) -> int:
         tok = bpe.Tokenizer.load(os.path.join(a.model, "tokenizer.json"))
         m = TC.build_model(cfg, 0, "cpu")
         TC.init_from(m, a.model)
-        pools = [int(x) for x in a.pools.split(",") if x.strip()]
     except (OSError, ValueError, KeyError) as e:
         print(f"stage_ablation: {a.model}: {e}", file=sys.stderr)
         return 2
@@ -83,7 +93,7 @@ def main(argv=None) -> int:
     rows = [("B", setting("B")), ("C", setting("C")), ("C without pool", setting("C", pool=False)),
             ("C without FP4 KV", setting("C", fp4_kv=False)),
             ("C without FP4 index", setting("C", fp4_index=False)), ("B with pool", setting("B", pool=True))]
-    rows += [(f"C, pool {nb} blocks", setting("C", blocks=nb)) for nb in pools]
+    rows += [(f"C, pool {nb} blocks", setting("C", blocks=nb)) for nb in a.pools]
     out = []
     for k, (name, apply) in enumerate(rows):
         apply()

@@ -1,11 +1,14 @@
 """Tests of model/reference/stage_ablation.py on the shipped model: every setting is measured on the
 same samples, a pool that holds every entry equals no pool at all (the shipped config's 2,048
-candidates cover these short samples), and a bad model directory is a clear error, not a trace."""
+candidates cover these short samples), and a bad model directory, a truncated checkpoint or a bad --pools list is a clear error, not
+a trace."""
 
 import contextlib
 import io
 import json
 import os
+import shutil
+import tempfile
 import unittest
 
 import _paths  # noqa: F401  (sys.path)
@@ -40,6 +43,28 @@ class StageAblationTest(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("no-such-model", err.getvalue())
         self.assertIn("config.json", err.getvalue())
+
+    def test_truncated_checkpoint_is_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            for f in ("config.json", "tokenizer.json"):
+                shutil.copy(os.path.join(MODEL, f), d)
+            with open(os.path.join(MODEL, "model.safetensors"), "rb") as f:
+                head = f.read(1000)
+            with open(os.path.join(d, "model.safetensors"), "wb") as f:
+                f.write(head)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = A.main(["--model", d])
+            self.assertEqual(rc, 2)
+            self.assertIn("model.safetensors", err.getvalue())
+
+    def test_bad_pool_list_is_a_usage_error(self):
+        for bad, why in (("abc", "not a comma-separated list"), ("8,0", "at least 1")):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+                A.main(["--model", MODEL, "--pools", bad])
+            self.assertEqual(cm.exception.code, 2)
+            self.assertIn(why, err.getvalue())
 
 
 if __name__ == "__main__":
