@@ -6,6 +6,9 @@
 //   replayed     restore the global-KV pages and aux state from their bytes (as the store hands
 //                them over), encoder bounded replay of the last n_win tokens, then the 32 new;
 //   reprefilled  prefill the whole token log of N tokens (CED) again, then the 32 new (N + 32).
+// and, as the baseline of what the resume hints save, replayed from the same checkpoint without
+// its "selections" aux blob (the replayed rows re-score their index selections over every
+// entry, as before the hints existed): rows replayed_without_hints_*.
 // The pages are the session's own turn delta (the bytes commit_turn would store). Each figure
 // is the median of `reps` repetitions (≥ 5) after one warm-up; progress goes to stderr.
 //
@@ -21,7 +24,9 @@
 // where those 32 tokens are a large share of the replayed path.
 //
 // The last ratio row leaves the 32 new tokens out of both sides: re-prefill of the log alone
-// over restore + bounded replay alone (the figure the ideal ratio describes).
+// over restore + bounded replay alone (the figure the ideal ratio describes: B2 times "load KV
+// + replay n_win + first token", and the replay's last row gives the first token's logits),
+// with its fraction of the ideal and the same ratio without hints.
 //
 // Re-prefill grows as N² (every token's indexer scores all earlier entries): above
 // --reprefill-once-above N (default 32768) it is measured in ONE run after the replayed and
@@ -135,6 +140,7 @@ bool run_turn(rt::executor_core& core, int64_t id, const std::vector<int32_t>& t
 
 struct figures {
   double resident = 0, replayed = 0, replay_restore = 0, reprefilled = 0, reprefill_restore = 0;
+  double nohints = 0, nohints_restore = 0;  // replayed without the resume hints (re-scored rows)
 };
 
 // One model at one context size.
@@ -178,6 +184,12 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
     }
     rs.aux = rt::executor_core::aux_of(*s);
   }
+  // The same checkpoint without its resume hints (as one written before them): the replayed
+  // rows re-score their index selections over every entry. The baseline of what hints save.
+  rt::resume_state bare = rs;
+  std::erase_if(bare.aux, [](const auto& a) { return a.first == "selections"; });
+  for (const auto& a : rs.aux)
+    if (a.first == "selections") csv(name, n, W, "resume_hints_bytes", double(a.second.size()), "B");
   {
     // resident memory right after a replayed restore (vectors at their exact sizes)
     core.drop(id);
@@ -190,7 +202,7 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
     csv(name, n, W, "resident_bytes_per_token", bytes / n, "B/token");
   }
 
-  std::vector<double> t_res, t_rep, t_rep_restore, t_pre, t_pre_restore;
+  std::vector<double> t_res, t_rep, t_rep_restore, t_pre, t_pre_restore, t_bare, t_bare_restore;
   for (int r = 0; r <= reps; ++r) {  // r == 0: warm-up, not recorded
     // replayed: restore from bytes + bounded replay + 32 new tokens
     core.drop(id);
@@ -205,6 +217,15 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
     if (r > 0) {
       t_rep.push_back(rms + f.stats.prefill_ms);
       t_rep_restore.push_back(rms);
+    }
+    // replayed without hints
+    core.drop(id);
+    p = core.restore(id, bare, &rms);
+    if (!p.ok() || *p != rt::resume_path::replayed) return false;
+    if (!run_turn(core, id, fresh, *p, rms, &f)) return false;
+    if (r > 0) {
+      t_bare.push_back(rms + f.stats.prefill_ms);
+      t_bare_restore.push_back(rms);
     }
     // resident: the same context in RAM (restored untimed), 32 new tokens
     core.drop(id);
@@ -225,18 +246,23 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
       t_pre_restore.clear();
       continue;
     }
-    std::fprintf(stderr, "[%s N=%d] rep %d/%d: resident %.1f ms, replayed %.1f ms, re-prefill %.1f ms\n", name.c_str(),
-                 n, r, reps, t_res.empty() ? 0.0 : t_res.back(), t_rep.empty() ? 0.0 : t_rep.back(),
-                 t_pre.empty() ? 0.0 : t_pre.back());
+    std::fprintf(stderr,
+                 "[%s N=%d] rep %d/%d: resident %.1f ms, replayed %.1f ms (without hints %.1f), re-prefill %.1f ms\n",
+                 name.c_str(), n, r, reps, t_res.empty() ? 0.0 : t_res.back(), t_rep.empty() ? 0.0 : t_rep.back(),
+                 t_bare.empty() ? 0.0 : t_bare.back(), t_pre.empty() ? 0.0 : t_pre.back());
   }
   out->resident = median(t_res);
   out->replayed = median(t_rep);
   out->replay_restore = median(t_rep_restore);
   out->reprefilled = median(t_pre);
   out->reprefill_restore = median(t_pre_restore);
+  out->nohints = median(t_bare);
+  out->nohints_restore = median(t_bare_restore);
   csv(name, n, W, "resident_ms", out->resident, "ms");
   csv(name, n, W, "replayed_ms", out->replayed, "ms");
   csv(name, n, W, "replayed_restore_replay_ms", out->replay_restore, "ms");
+  csv(name, n, W, "replayed_without_hints_ms", out->nohints, "ms");
+  csv(name, n, W, "replayed_without_hints_restore_replay_ms", out->nohints_restore, "ms");
   csv(name, n, W, "reprefilled_ms", out->reprefilled, "ms");
   csv(name, n, W, "reprefilled_log_only_ms", out->reprefill_restore, "ms");
   csv(name, n, W, "reprefill_runs", double(t_pre.size()), "runs");
@@ -365,7 +391,7 @@ int main(int argc, char** argv) {
   struct ratio_row {
     std::string model;
     int n, w;
-    double measured, ideal, resume_only;
+    double measured, ideal, resume_only, resume_only_nohints;
   };
   std::vector<ratio_row> ratios;
   for (const auto& m : models) {
@@ -380,7 +406,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "[%s N=%d] failed\n", m.name.c_str(), n);
         return 1;
       }
-      ratios.push_back({m.name, n, W, f.reprefilled / f.replayed, (n / 2.0 + W) / W, f.reprefill_restore / f.replay_restore});
+      ratios.push_back({m.name, n, W, f.reprefilled / f.replayed, (n / 2.0 + W) / W, f.reprefill_restore / f.replay_restore,
+                        f.reprefill_restore / f.nohints_restore});
     }
   }
   for (const auto& r : ratios) {
@@ -388,6 +415,8 @@ int main(int argc, char** argv) {
     csv(r.model, r.n, r.w, "ideal_ratio_(N/2+n_win)/n_win", r.ideal, "x");
     csv(r.model, r.n, r.w, "fraction_of_ideal", r.measured / r.ideal, "x");
     csv(r.model, r.n, r.w, "ratio_resume_only_log_over_restore_replay", r.resume_only, "x");
+    csv(r.model, r.n, r.w, "fraction_of_ideal_resume_only", r.resume_only / r.ideal, "x");
+    csv(r.model, r.n, r.w, "ratio_resume_only_without_hints", r.resume_only_nohints, "x");
   }
   return 0;
 }

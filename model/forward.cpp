@@ -41,6 +41,8 @@ struct segment {
   int64_t pos0 = 0;
   bool replay = false;   // rows already in the sequence: no compressor, no commit
   bool ced_cut = false;  // keep only the last sliding_window rows from first_decoder_layer on
+  int hinted = 0;        // replay: the last `hinted` rows take their index selections from the
+                         // sequence's resume hints instead of scoring (sequence::selection)
 };
 
 // An entry id with its index score: a row's running top-k keeps the scores of its ids because
@@ -714,7 +716,20 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
     ws.cand_blocks = mb;
     grow(ws.cand, (size_t)R * mb);
   }
-  for (const segment& s : ws.segs) {
+  for (const segment& s_all : ws.segs) {
+    // a replay's hinted rows: the selections the exact pass made, no scoring
+    segment s = s_all;
+    for (int i = s.n - s.hinted; i < s.n; ++i) {
+      const int r = s.row0 + i;
+      const int32_t* h = s.seq->selection(l, ws.pos[(size_t)r]);
+      int n = 0;
+      while (n < K && h[n] >= 0) ++n;
+      std::copy_n(h, n, topk + (size_t)r * K);
+      topn[r] = n;
+      if (tr_topk) std::copy_n(h, n, tr_topk->data() + (size_t)r * K);
+    }
+    s.n -= s.hinted;
+    if (s.n <= 0) continue;
     const int src_i = s.seq->source_of_layer(li.kv_source);
     const kv_source_state& st = s.seq->source(src_i);
     const int ne = (int)st.n_entries;
@@ -737,6 +752,8 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
       float* kg = kf ? grow(ws.cand_keys, (size_t)std::max(1, cap_ids) * Di) : nullptr;
       float* cscore = grow(ws.iscore, (size_t)std::max(1, cap_ids));
       int32_t* ctop = grow(ws.cand_top, (size_t)K);
+      // FP4 keys: the segment's queries in integer form once (fp4_index_score_rows' exact path)
+      if (!kf) kc::fp4_index_prepare_queries(qi + (size_t)s.row0 * Hi * Di, s.n, Hi, Di, ws.iq);
       for (int i = 0; i < s.n; ++i) {
         const int r = s.row0 + i;
         const int64_t p = ws.pos[(size_t)r];
@@ -752,20 +769,20 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
                         sizeof(float) * (size_t)(t1 - bk * bs) * Di);
         }
         int got = 0;
-        if (nc > 0) {
-          float* sc = grow(ws.sc, (size_t)Hi * nc);
-          if (kg) {
-            kc::gemm_nt(Hi, nc, Di, qi + (size_t)r * Hi * Di, kg, sc);
-          } else {
-            // each run of consecutive candidate entries scored from its FP4 bytes: sc [Hi, nc]
-            for (int j0 = 0; j0 < nc;) {
-              int j1 = j0 + 1;
-              while (j1 < nc && ids[j1] == ids[j1 - 1] + 1) ++j1;
-              kc::fp4_index_dot(qi + (size_t)r * Hi * Di, Hi, Di, st.index.data() + (size_t)ids[j0] * ib, j1 - j0,
-                                Di, sc + j0, nc);
-              j0 = j1;
-            }
+        if (nc > 0 && !kg) {
+          // each run of consecutive candidate entries (whole candidate blocks) scored from its
+          // FP4 bytes, heads folded in: the same floats as the fp32 path below (fp4_dot.hpp)
+          for (int j0 = 0; j0 < nc;) {
+            int j1 = j0 + 1;
+            while (j1 < nc && ids[j1] == ids[j1 - 1] + 1) ++j1;
+            kc::fp4_index_score_rows(ws.iq, i, qi + (size_t)r * Hi * Di, wt + (size_t)r * Hi, 1,
+                                     st.index.data() + (size_t)ids[j0] * ib, j1 - j0, sscale, cscore + j0, nc);
+            j0 = j1;
           }
+          got = select_topk(cscore, nc, K, ws, ctop);
+        } else if (nc > 0) {
+          float* sc = grow(ws.sc, (size_t)Hi * nc);
+          kc::gemm_nt(Hi, nc, Di, qi + (size_t)r * Hi * Di, kg, sc);
           const float* wr = wt + (size_t)r * Hi;
           for (int t = 0; t < nc; ++t) cscore[t] = 0.0f;
           for (int h = 0; h < Hi; ++h) {
@@ -850,6 +867,15 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
         if (tr_topk)
           std::memcpy(tr_topk->data() + (size_t)r * K, topk + (size_t)r * K, sizeof(int32_t) * (size_t)topn[r]);
       }
+    }
+  }
+  // New rows' selections become the sequence's resume hints (only the rows a replay can reach;
+  // a replay's own rows are not recorded: the hints stay the exact pass's).
+  for (const segment& s : ws.segs) {
+    if (s.replay) continue;
+    for (int i = std::max(0, s.n - s.seq->selection_capacity()); i < s.n; ++i) {
+      const int r = s.row0 + i;
+      s.seq->note_selection(l, ws.pos[(size_t)r], topk + (size_t)r * K, topn[r]);
     }
   }
 }
@@ -1196,7 +1222,7 @@ status runner::decode_step(std::span<sequence* const> seqs, std::span<const int3
   return {};
 }
 
-result<logits_rows> runner::replay(sequence& seq, int n) {
+result<logits_rows> runner::replay(sequence& seq, int n, bool use_hints, forward_trace* trace) {
   const model_config& c = e_.config();
   CEDAR_TRY(check_sequence(c, seq));
   const int64_t N = seq.n_tokens();
@@ -1210,9 +1236,10 @@ result<logits_rows> runner::replay(sequence& seq, int n) {
   for (int l = 0; l < c.num_hidden_layers; ++l) seq.set_ring_first_pos(l, start);
   workspace& ws = *ws_;
   ws.segs.assign(1, segment{&seq, 0, (int)(N - start), start, true, false});
+  if (use_hints) ws.segs[0].hinted = (int)(N - std::max(start, seq.selections_from()));
   ws.tok.assign(seq.tokens().begin() + start, seq.tokens().end());
   logits_rows out;
-  run_rows(e_, ws, false, false, nullptr, out.values);
+  run_rows(e_, ws, false, false, trace, out.values);
   out.n_rows = 1;
   out.first_pos = N - 1;
   return out;

@@ -96,8 +96,11 @@ class runner {
   // reruns the last `n` tokens (start rounded down to a multiple of every compress ratio)
   // through every layer to rebuild the SWA rings. Persisted global KV is read, never
   // recomputed or overwritten; the pending groups and the n-gram history are kept. Returns
-  // the logits of the last token.
-  result<logits_rows> replay(sequence& seq, int n);
+  // the logits of the last token. The rows whose index selections the sequence holds as
+  // resume hints (sequence::selections_from(), restored with the pages) take them instead of
+  // re-scoring every entry: the selections the exact pass made. use_hints = false re-scores
+  // every row (diagnostics: what the hints change). trace: tests only.
+  result<logits_rows> replay(sequence& seq, int n, bool use_hints = true, forward_trace* trace = nullptr);
 
   struct workspace;
 

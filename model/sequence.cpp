@@ -1,8 +1,10 @@
 // sequence — see sequence.hpp.
 #include "model/sequence.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <numeric>
 
 #include "kernels/cpu/quant.hpp"
 
@@ -33,6 +35,20 @@ sequence::sequence(const model_config& c, kv_storage storage) : cfg_(c), storage
     source_of_layer_[(size_t)l] = (int)sources_.size();
     sources_.push_back(std::move(s));
   }
+  index_slot_.assign((size_t)c.num_hidden_layers, -1);
+  int64_t align = 1;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const int r = c.compress_ratios[(size_t)l];
+    if (r > 0) align = std::lcm(align, (int64_t)r);
+    if (r > 0 && c.is_index_source(l)) {
+      index_slot_[(size_t)l] = (int)index_layers_.size();
+      index_layers_.push_back(l);
+    }
+  }
+  sel_cap_ = index_layers_.empty() ? 0 : c.sliding_window + (int)align;
+  sel_ids_.assign((size_t)index_layers_.size() * sel_cap_ * std::max(0, c.index_topk), -1);
+  sel_from_.assign(index_layers_.size(), 0);
+  sel_to_.assign(index_layers_.size(), 0);
 }
 
 int sequence::source_of_layer(int layer) const {
@@ -124,8 +140,99 @@ void sequence::append_tokens(const int32_t* t, int n, const int64_t* compressed)
     ngram_history_.erase(ngram_history_.begin(), ngram_history_.end() - (std::ptrdiff_t)keep);
 }
 
+void sequence::note_selection(int layer, int64_t pos, const int32_t* ids, int n) {
+  const int j = index_slot_[(size_t)layer];
+  const int K = cfg_.index_topk;
+  if (j < 0 || K <= 0) return;
+  ++ident_.version;
+  if (pos != sel_to_[(size_t)j]) sel_from_[(size_t)j] = pos;
+  sel_to_[(size_t)j] = pos + 1;
+  int32_t* dst = sel_ids_.data() + ((size_t)j * sel_cap_ + (size_t)(pos % sel_cap_)) * K;
+  n = std::clamp(n, 0, K);
+  std::copy_n(ids, n, dst);
+  std::fill(dst + n, dst + K, -1);
+}
+
+int64_t sequence::selections_from() const {
+  const int64_t n = n_tokens();
+  if (index_layers_.empty()) return n;
+  int64_t from = 0;
+  for (size_t j = 0; j < index_layers_.size(); ++j) {
+    if (sel_to_[j] != n) return n;
+    from = std::max({from, sel_from_[j], sel_to_[j] - sel_cap_});
+  }
+  return std::min(from, n);
+}
+
+const int32_t* sequence::selection(int layer, int64_t pos) const {
+  const int j = index_slot_[(size_t)layer];
+  return sel_ids_.data() + ((size_t)j * sel_cap_ + (size_t)(pos % sel_cap_)) * cfg_.index_topk;
+}
+
+index_selections sequence::selections(int max_rows) const {
+  index_selections h;
+  const int64_t n = n_tokens();
+  h.first_pos = std::max(selections_from(), n - std::max(0, max_rows));
+  h.n_rows = (int)(n - h.first_pos);
+  const int K = cfg_.index_topk;
+  h.ids.reserve((size_t)index_layers_.size() * h.n_rows * K);
+  for (int l : index_layers_)
+    for (int64_t p = h.first_pos; p < n; ++p) {
+      const int32_t* r = selection(l, p);
+      h.ids.insert(h.ids.end(), r, r + K);
+    }
+  return h;
+}
+
+status sequence::restore_selections(const index_selections& h) {
+  const int64_t n = n_tokens();
+  const int K = cfg_.index_topk;
+  const int L = (int)index_layers_.size();
+  std::fill(sel_from_.begin(), sel_from_.end(), n);
+  std::fill(sel_to_.begin(), sel_to_.end(), n);
+  if (h.n_rows == 0) return {};
+  const std::string who = "index selections: ";
+  if (h.n_rows < 0 || h.n_rows > sel_cap_ || h.first_pos + h.n_rows != n)
+    return make_error(errc::mismatch, who + "rows [" + std::to_string(h.first_pos) + ", " +
+                                          std::to_string(h.first_pos + h.n_rows) + ") must end at the " +
+                                          std::to_string(n) + " tokens and number at most " + std::to_string(sel_cap_));
+  if (h.ids.size() != (size_t)L * h.n_rows * K)
+    return make_error(errc::mismatch, who + std::to_string(h.ids.size()) + " ids, expected " +
+                                          std::to_string((size_t)L * h.n_rows * K) + " (" + std::to_string(L) +
+                                          " index layers x " + std::to_string(h.n_rows) + " rows x top-k " +
+                                          std::to_string(K) + ")");
+  for (int j = 0; j < L; ++j) {
+    const int l = index_layers_[(size_t)j];
+    const int64_t ratio = std::max(1, cfg_.compress_ratios[(size_t)l]);
+    for (int i = 0; i < h.n_rows; ++i) {
+      const int64_t p = h.first_pos + i;
+      const int64_t vis = (p + 1) / ratio;  // entries row p could select
+      const int32_t* r = h.ids.data() + ((size_t)j * h.n_rows + i) * K;
+      bool pad = false;
+      for (int k = 0; k < K; ++k) {
+        if (r[k] == -1) { pad = true; continue; }
+        if (pad || r[k] < 0 || r[k] >= vis)
+          return make_error(errc::mismatch, who + "layer " + std::to_string(l) + " row " + std::to_string(p) +
+                                                ": id " + std::to_string(r[k]) + " is not an entry the row sees (" +
+                                                std::to_string(vis) + " visible)");
+      }
+    }
+  }
+  ++ident_.version;
+  for (int j = 0; j < L; ++j) {
+    for (int i = 0; i < h.n_rows; ++i) {
+      const int64_t p = h.first_pos + i;
+      std::copy_n(h.ids.data() + ((size_t)j * h.n_rows + i) * K, K,
+                  sel_ids_.data() + ((size_t)j * sel_cap_ + (size_t)(p % sel_cap_)) * K);
+    }
+    sel_from_[(size_t)j] = h.first_pos;
+  }
+  return {};
+}
+
 sequence_snapshot sequence::snapshot() const {
   sequence_snapshot s;
+  s.selections = selections(sel_cap_);
   s.tokens = tokens_;
   s.ngram_history = ngram_history_;
   for (const kv_source_state& k : sources_) {
@@ -145,6 +252,8 @@ void sequence::clear() {
   tokens_.clear();
   ngram_history_.clear();
   for (swa_ring& r : rings_) r.first_pos = 0;
+  std::fill(sel_from_.begin(), sel_from_.end(), 0);
+  std::fill(sel_to_.begin(), sel_to_.end(), 0);
   for (kv_source_state& k : sources_) {
     k.n_entries = 0;
     k.main.clear(); k.index.clear();
@@ -156,6 +265,7 @@ status sequence::restore(const sequence_snapshot& s) {
   sequence_snapshot_view v;
   v.tokens = s.tokens;
   v.ngram_history = s.ngram_history;
+  v.selections = &s.selections;
   for (const sequence_snapshot::source& o : s.sources)
     v.sources.push_back({o.main, o.index, o.n_pending, o.pending_kv, o.pending_gate});
   return restore(v);
@@ -216,6 +326,9 @@ status sequence::restore(const sequence_snapshot_view& s) {
     std::copy(o.pending_kv.begin(), o.pending_kv.end(), k.pending_kv.begin());
     std::copy(o.pending_gate.begin(), o.pending_gate.end(), k.pending_gate.begin());
   }
+  std::fill(sel_from_.begin(), sel_from_.end(), n);  // no hints unless given
+  std::fill(sel_to_.begin(), sel_to_.end(), n);
+  if (s.selections) return restore_selections(*s.selections);
   return {};
 }
 

@@ -11,7 +11,10 @@
 //     exactly what the session store persists, and the only copy: the forward pass
 //     dequantises the entries it selects from these bytes (main_entry, fp4_dot for the index
 //     keys); and the ratio>1 pending partial group (kv and gate rows, fp32);
-//   * the Engram n-gram history: compressed ids of the last max_ngram−1 tokens.
+//   * the Engram n-gram history: compressed ids of the last max_ngram−1 tokens;
+//   * resume hints: per index layer, the top-k entry ids the last sliding_window + ratio rows
+//     selected (a ring like the SWA's), persisted with a checkpoint so bounded replay reuses
+//     them (index_selections, runner::replay).
 // Does not own: weights (engine), scratch (runner). Not thread-safe: exactly one owner.
 //
 // Invariants:
@@ -21,7 +24,11 @@
 //      main_entry_bytes + index_entry_bytes (53 B at head_dim 64 / index_head_dim 32);
 //   4. storage is `packed` except in the test-only diagnostic `f32_diagnostic`, where every
 //      entry is raw fp32 (no quantisation anywhere) to compare with the fixture's noquant run;
-//      its bytes are read in place as floats (index_f32), never converted.
+//      its bytes are read in place as floats (index_f32), never converted;
+//   5. the resume hints of index layer l are the exact forward pass's selections for rows
+//      [max(from, to − capacity), to); replay never records its own rows, and they count only
+//      when to == n_tokens for every index layer (selections_from), so a gap (a row run
+//      elsewhere, e.g. a GPU decode step) disables them until enough new rows are recorded.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +62,16 @@ struct swa_ring {
   int64_t first_pos = 0;           // entries before this position are not valid
 };
 
+// Resume hints (MODEL_SPEC §4 "bounded replay"): the top-k entry ids the last rows chose at
+// every index layer (the layers with their own indexer, ascending), as the exact forward pass
+// chose them. Bounded replay reuses them instead of re-scoring those rows over every entry:
+// the replayed rows then attend to exactly the entries they attended to before the resume.
+struct index_selections {
+  int64_t first_pos = 0;      // rows [first_pos, first_pos + n_rows)
+  int n_rows = 0;
+  std::vector<int32_t> ids;   // [n_index_layers, n_rows, index_topk], −1 padded, in selection order
+};
+
 // What the session store saves for a sequence (everything but the SWA rings).
 struct sequence_snapshot {
   std::vector<int32_t> tokens;
@@ -65,6 +82,7 @@ struct sequence_snapshot {
   };
   std::vector<source> sources;          // config.kv_source_layer_ids order
   std::vector<int64_t> ngram_history;   // compressed ids, oldest first
+  index_selections selections;          // resume hints (n_rows 0: none)
 };
 
 // The same state borrowed, not owned: what sequence::restore reads. The executor restores
@@ -79,6 +97,7 @@ struct sequence_snapshot_view {
   };
   std::vector<source> sources;             // config.kv_source_layer_ids order
   std::span<const int64_t> ngram_history;  // compressed ids, oldest first
+  const index_selections* selections = nullptr;  // resume hints, optional (restore_selections)
 };
 
 class sequence {
@@ -134,6 +153,23 @@ class sequence {
   static int64_t restore_spare_tokens(int64_t n) { return n / 16 + 256; }
   void clear();
 
+  // ---- resume hints: the index selections of the last rows (index_selections) -----------
+  // Index layers (their own indexer: full / reindex modes) and the rows kept per layer:
+  // sliding_window + the lcm of the compress ratios (the most rows runner::replay reruns).
+  int n_index_layers() const { return (int)index_layers_.size(); }
+  const std::vector<int>& index_layers() const { return index_layers_; }
+  int selection_capacity() const { return sel_cap_; }
+  // First position from which every index layer holds the selection of every row up to
+  // n_tokens (n_tokens when there are none, e.g. right after a restore without hints).
+  int64_t selections_from() const;
+  // Row `pos` (in [selections_from(), n_tokens)) of index layer `layer`: index_topk ids, −1 padded.
+  const int32_t* selection(int layer, int64_t pos) const;
+  // The hints of rows [selections_from(), n_tokens), at most the last `max_rows` of them.
+  index_selections selections(int max_rows) const;
+  // Installs hints after restore (rows must end at n_tokens, ids must name existing entries
+  // visible to their row); an error names what is wrong and leaves no hints.
+  status restore_selections(const index_selections& h);
+
   // ---- used by the forward pass (forward.cpp) -------------------------------------------
   kv_source_state& source_mut(int i) { return ++ident_.version, sources_[(size_t)i]; }
   swa_ring& ring_mut(int layer) { return ++ident_.version, rings_[(size_t)layer]; }
@@ -142,6 +178,9 @@ class sequence {
   // RoPE) to source i: packs them (f32_diagnostic: copies them) onto its byte arrays.
   void append_entry(int i, const float* main, const float* key);
   void append_tokens(const int32_t* t, int n, const int64_t* compressed);  // + n-gram history
+  // Records row `pos`'s selection at index layer `layer` (n ids); a row that does not follow
+  // the layer's last recorded row starts the layer's record afresh.
+  void note_selection(int layer, int64_t pos, const int32_t* ids, int n);
   void set_ring_first_pos(int layer, int64_t pos) {
     ++ident_.version;
     rings_[(size_t)layer].first_pos = pos;
@@ -171,6 +210,12 @@ class sequence {
   std::vector<kv_source_state> sources_;
   std::vector<int> source_of_layer_;
   std::vector<int64_t> ngram_history_;
+  // resume hints: per index layer a ring of sel_cap_ rows (slot pos % sel_cap_) of index_topk
+  // ids, valid for positions [max(sel_from_, sel_to_ − sel_cap_), sel_to_)
+  std::vector<int> index_layers_, index_slot_;  // index layer ids; layer -> ordinal or −1
+  int sel_cap_ = 0;
+  std::vector<int32_t> sel_ids_;                // [n_index_layers, sel_cap_, index_topk]
+  std::vector<int64_t> sel_from_, sel_to_;      // [n_index_layers]
 };
 
 }  // namespace cedar::model

@@ -130,6 +130,83 @@ bool get_magic(std::span<const uint8_t>& b) {
   b = b.subspan(4);
   return true;
 }
+
+// "selections" (resume hints, model::index_selections): CAX1, u32 format 1, i64 first_pos,
+// u32 n_rows, u32 n_layers, u32 top-k, then per layer and row: varint n ids, then each id as
+// the zigzag varint of its difference from the previous one (ids ascend, so most take one or
+// two bytes: 64 rows x 5 layers x 64 ids = 80 KB as int32, about 25 KB here).
+constexpr uint32_t kSelectionsFormat = 1;
+void put_varint(std::vector<uint8_t>& b, uint64_t v) {
+  while (v >= 0x80) {
+    b.push_back(uint8_t(v | 0x80));
+    v >>= 7;
+  }
+  b.push_back(uint8_t(v));
+}
+bool get_varint(std::span<const uint8_t>& b, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (b.empty()) return false;
+    const uint8_t c = b[0];
+    b = b.subspan(1);
+    v |= uint64_t(c & 0x7f) << shift;
+    if (!(c & 0x80)) return true;
+  }
+  return false;
+}
+std::vector<uint8_t> encode_selections(const model::index_selections& h, int n_layers, int K) {
+  std::vector<uint8_t> b(kAuxMagic, kAuxMagic + 4);
+  put<uint32_t>(b, kSelectionsFormat);
+  put<int64_t>(b, h.first_pos);
+  put<uint32_t>(b, uint32_t(h.n_rows));
+  put<uint32_t>(b, uint32_t(n_layers));
+  put<uint32_t>(b, uint32_t(K));
+  for (size_t row = 0; row < size_t(n_layers) * size_t(h.n_rows); ++row) {
+    const int32_t* r = h.ids.data() + row * size_t(K);
+    int n = 0;
+    while (n < K && r[n] >= 0) ++n;
+    put_varint(b, uint64_t(n));
+    int64_t prev = 0;
+    for (int k = 0; k < n; ++k) {
+      const int64_t d = int64_t(r[k]) - prev;
+      put_varint(b, d >= 0 ? uint64_t(d) << 1 : (uint64_t(-d) << 1) - 1);  // zigzag
+      prev = r[k];
+    }
+  }
+  return b;
+}
+// Parses a "selections" blob for a model with n_layers index layers and top-k K; the error
+// names what is wrong (sequence::restore_selections checks the ids against the entries).
+result<model::index_selections> decode_selections(std::span<const uint8_t> b, int n_layers, int K) {
+  const auto bad = [](const std::string& why) {
+    return make_error(errc::invalid_format, "aux 'selections': " + why);
+  };
+  uint32_t fmt = 0, rows = 0, layers = 0, k = 0;
+  model::index_selections h;
+  if (!get_magic(b) || !get(b, fmt)) return bad("no header");
+  if (fmt != kSelectionsFormat) return bad("format " + std::to_string(fmt) + ", this build reads 1");
+  if (!get(b, h.first_pos) || !get(b, rows) || !get(b, layers) || !get(b, k)) return bad("truncated header");
+  if (int(layers) != n_layers || int(k) != K)
+    return bad(std::to_string(layers) + " layers x top-k " + std::to_string(k) + ", the model has " +
+               std::to_string(n_layers) + " x " + std::to_string(K));
+  if (rows > 1u << 20) return bad(std::to_string(rows) + " rows");
+  h.n_rows = int(rows);
+  h.ids.assign(size_t(layers) * rows * size_t(K), -1);
+  for (size_t row = 0; row < size_t(layers) * rows; ++row) {
+    uint64_t n = 0;
+    if (!get_varint(b, n) || n > uint64_t(K)) return bad("row " + std::to_string(row) + ": bad id count");
+    int64_t prev = 0;
+    for (uint64_t j = 0; j < n; ++j) {
+      uint64_t z = 0;
+      if (!get_varint(b, z)) return bad("truncated ids");
+      prev += (z & 1) ? -int64_t(z >> 1) - 1 : int64_t(z >> 1);
+      if (prev < 0 || prev > INT32_MAX) return bad("id out of range");
+      h.ids[row * size_t(K) + j] = int32_t(prev);
+    }
+  }
+  if (!b.empty()) return bad(std::to_string(b.size()) + " bytes after the last row");
+  return h;
+}
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<uint8_t>>> executor_core::aux_of(const model::sequence& s) {
@@ -148,6 +225,9 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> executor_core::aux_of(
   put<uint32_t>(b, uint32_t(s.ngram_history().size()));
   for (int64_t id : s.ngram_history()) put<int64_t>(b, id);
   out.emplace_back("ngram", std::move(b));
+  if (s.n_index_layers() > 0)
+    out.emplace_back("selections", encode_selections(s.selections(s.selection_capacity()), s.n_index_layers(),
+                                                     s.config().index_topk));
   return out;
 }
 
@@ -223,7 +303,15 @@ std::vector<int64_t> executor_core::enforce_budget() {
 resume_state resume_state_from(const sessions::checkpoint_data& cp) {
   resume_state rs;
   rs.tokens = cp.tokens;
-  rs.pages_ok = cp.all_pages_ok() && cp.aux_errors.empty();
+  // A damaged resume-hints blob costs speed, not correctness: replay re-scores those rows.
+  std::vector<std::string> aux_errors;
+  for (const auto& e : cp.aux_errors) {
+    if (e.rfind("aux 'selections'", 0) == 0)
+      rs.hints_problem = e;
+    else
+      aux_errors.push_back(e);
+  }
+  rs.pages_ok = cp.all_pages_ok() && aux_errors.empty();
   for (const auto& ls : cp.sources) {
     resume_state::source s;
     s.layer = ls.source_layer;
@@ -239,7 +327,7 @@ resume_state resume_state_from(const sessions::checkpoint_data& cp) {
     }
     rs.sources.push_back(std::move(s));
   }
-  if (!cp.aux_errors.empty()) rs.problem = "aux state: " + cp.aux_errors.front();
+  if (!aux_errors.empty()) rs.problem = "aux state: " + aux_errors.front();
   for (const auto& a : cp.aux) rs.aux.emplace_back(a.name, a.bytes);
   return rs;
 }
@@ -323,6 +411,22 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
       ok = false;
       why = st.err().message;
     }
+  }
+  if (ok) {
+    // Resume hints: optional. Missing (a checkpoint from before them, a fork), damaged or not
+    // matching: the replayed rows re-score their index selections instead.
+    auto a = std::find_if(cp.aux.begin(), cp.aux.end(), [](const auto& b) { return b.first == "selections"; });
+    std::string hw = cp.hints_problem;
+    if (a != cp.aux.end() && r.seq->n_index_layers() > 0) {
+      auto h = decode_selections(a->second, r.seq->n_index_layers(), c.index_topk);
+      if (!h)
+        hw = h.err().message;
+      else if (auto st = r.seq->restore_selections(*h); !st)
+        hw = st.err().message;
+    }
+    if (!hw.empty())
+      CEDAR_LOG_WARN("session %lld: resume hints not used (%s); bounded replay re-scores its rows", (long long)session,
+                     hw.c_str());
   }
   resume_path path = resume_path::replayed;
   if (ok) {

@@ -225,6 +225,123 @@ TEST(forward_replay, full_replay_is_exact_and_bounded_replay_close) {
   EXPECT_LE(worst_bounded, 0.5);
 }
 
+// Resume hints: the selections of the last rows travel with the snapshot; bounded replay
+// reuses them, so the replayed rows attend to exactly the entries the live pass chose.
+TEST(forward_replay, resume_hints_are_the_exact_selections) {
+  const fx& f = tiny();
+  const int V = (int)f.cfg.vocab_size, W = f.cfg.sliding_window, K = f.cfg.index_topk;
+  const int64_t N = (int64_t)f.prompt.size();
+  cm::runner rn(*f.eng);
+  cm::sequence live(f.cfg);
+  cm::forward_trace tl;
+  cm::prefill_options o;
+  o.mode = cm::prefill_mode::full_stack;
+  o.trace = &tl;
+  ASSERT_TRUE(rn.prefill(live, f.prompt, o).ok());
+  ASSERT_GT(live.n_index_layers(), 0);
+  const cm::sequence_snapshot snap = live.snapshot();
+  const cm::index_selections& h = snap.selections;
+  EXPECT_EQ(h.n_rows, live.selection_capacity());
+  EXPECT_EQ(h.first_pos + h.n_rows, N);
+  ASSERT_EQ(h.ids.size(), (size_t)live.n_index_layers() * h.n_rows * K);
+  for (int j = 0; j < live.n_index_layers(); ++j) {
+    const int l = live.index_layers()[(size_t)j];
+    for (int i = 0; i < h.n_rows; ++i)
+      for (int k = 0; k < K; ++k)
+        ASSERT_EQ(h.ids[((size_t)j * h.n_rows + i) * K + k], tl.topk[l][(size_t)(h.first_pos + i) * K + k])
+            << "layer " << l << " row " << h.first_pos + i;
+  }
+
+  cm::sequence_snapshot bare = snap;
+  bare.selections = {};
+  cm::sequence hinted(f.cfg), rescored(f.cfg);
+  ASSERT_TRUE(hinted.restore(snap).ok());
+  ASSERT_TRUE(rescored.restore(bare).ok());
+  EXPECT_EQ(hinted.selections_from(), h.first_pos);
+  EXPECT_EQ(rescored.selections_from(), N);
+  cm::forward_trace th, tr;
+  ASSERT_TRUE(rn.replay(hinted, W, true, &th).ok());
+  ASSERT_TRUE(rn.replay(rescored, W, true, &tr).ok());
+  const int64_t start = N - W - (N - W) % 2;  // the tiny config's ratios: 1 and 2
+  int differ = 0;
+  for (int l : live.index_layers()) {
+    for (int64_t p = start; p < N; ++p) {
+      const size_t row = (size_t)(p - start);
+      const bool eq_live = std::equal(th.topk[l].begin() + row * K, th.topk[l].begin() + (row + 1) * K,
+                                      tl.topk[l].begin() + p * K);
+      if (p >= h.first_pos) EXPECT_TRUE(eq_live) << "hinted replay, layer " << l << " row " << p;
+      differ += !std::equal(tr.topk[l].begin() + row * K, tr.topk[l].begin() + (row + 1) * K,
+                            tl.topk[l].begin() + p * K);
+    }
+  }
+  // Replay never records its own rows: the hints stay the live pass's.
+  EXPECT_EQ(hinted.snapshot().selections.ids, h.ids);
+
+  std::vector<float> ll, lh, lr;
+  double worst_h = 0, worst_r = 0;
+  for (int step = 0; step < 6; ++step) {
+    const int32_t t = f.prompt[(size_t)(3 * step + 5)];
+    cm::sequence* a = &live;
+    cm::sequence* b = &hinted;
+    cm::sequence* c = &rescored;
+    ASSERT_TRUE(rn.decode_step({&a, 1}, {&t, 1}, ll).ok());
+    ASSERT_TRUE(rn.decode_step({&b, 1}, {&t, 1}, lh).ok());
+    ASSERT_TRUE(rn.decode_step({&c, 1}, {&t, 1}, lr).ok());
+    worst_h = std::max(worst_h, rel_err(lh.data(), ll.data(), (size_t)V));
+    worst_r = std::max(worst_r, rel_err(lr.data(), ll.data(), (size_t)V));
+  }
+  std::printf("bounded replay (W=%d) vs live: with resume hints rel %.3g, re-scored rel %.3g "
+              "(%d of %lld re-scored row selections differ from live)\n",
+              W, worst_h, worst_r, differ, (long long)(N - start) * live.n_index_layers());
+  EXPECT_LE(worst_h, 0.5);
+  // New rows are recorded after the replay: the hints follow the sequence.
+  EXPECT_EQ(hinted.selections_from(), hinted.n_tokens() - hinted.selection_capacity());
+  EXPECT_EQ(rescored.selections_from(), N);  // rows from N on only: fewer than a replay needs
+  EXPECT_EQ(rescored.snapshot().selections.n_rows, 6);
+
+  // CED prefill: the decoder's index layers see only the last W rows, so hints cover those.
+  cm::sequence ced(f.cfg);
+  ASSERT_TRUE(rn.prefill(ced, f.prompt).ok());
+  EXPECT_EQ(ced.selections_from(), N - W);
+}
+
+TEST(forward_replay, bad_resume_hints_are_rejected) {
+  const fx& f = tiny();
+  const int K = f.cfg.index_topk;
+  cm::runner rn(*f.eng);
+  cm::sequence live(f.cfg);
+  ASSERT_TRUE(rn.prefill(live, f.prompt).ok());
+  const cm::sequence_snapshot snap = live.snapshot();
+  const int64_t N = live.n_tokens();
+  auto expect_bad = [&](cm::index_selections h, const std::string& what) {
+    cm::sequence_snapshot bare = snap;
+    bare.selections = {};
+    cm::sequence s(f.cfg);
+    ASSERT_TRUE(s.restore(bare).ok());
+    auto st = s.restore_selections(h);
+    ASSERT_FALSE(st.ok()) << what;
+    EXPECT_NE(st.err().message.find("index selections"), std::string::npos) << st.err().message;
+    EXPECT_EQ(s.selections_from(), N) << what << ": no hints after a rejected set";
+    ASSERT_TRUE(rn.replay(s, f.cfg.sliding_window).ok());  // replay re-scores instead
+  };
+  cm::index_selections h = snap.selections;
+  h.first_pos -= 1;
+  expect_bad(h, "rows not ending at n_tokens");
+  h = snap.selections;
+  h.ids.pop_back();
+  expect_bad(h, "short ids");
+  h = snap.selections;
+  h.ids[(size_t)(h.n_rows - 1) * K] = (int32_t)N;  // an entry no row can see
+  expect_bad(h, "id out of range");
+  h = snap.selections;
+  h.ids[0] = -1;  // padding before an id
+  if (h.ids[1] >= 0) expect_bad(h, "padding before ids");
+  // A restore through sequence_snapshot carries them (and checks them the same way).
+  cm::sequence ok(f.cfg);
+  ASSERT_TRUE(ok.restore(snap).ok());
+  EXPECT_EQ(ok.snapshot().selections.ids, snap.selections.ids);
+}
+
 TEST(forward_errors, bad_inputs_are_errors) {
   const fx& f = tiny();
   cm::runner rn(*f.eng);

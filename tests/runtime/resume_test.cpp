@@ -315,6 +315,66 @@ TEST(Resume, FlippedPageBytesReprefillExactlyAndLoseNothing) {
   r.expect_nothing_lost(id);
 }
 
+// The resume hints ("selections" aux blob) are optional: damaged or malformed, they are
+// reported and the session still takes the replayed path, its rows re-scored.
+TEST(Resume, DamagedResumeHintsStillReplayAndLoseNothing) {
+  test::temp_dir dir;
+  auto tok = test::test_tokenizer();
+  rig r(test::random_engine(), dir.file("s.db"));
+  ASSERT_TRUE(r.st);
+  const int64_t id = two_turns_then_drop(r, *tok);
+  {
+    auto rs = r.load(id);
+    ASSERT_TRUE(rs.pages_ok) << rs.problem;
+    auto h = std::find_if(rs.aux.begin(), rs.aux.end(), [](const auto& a) { return a.first == "selections"; });
+    ASSERT_NE(h, rs.aux.end());
+    // well-formed blob, wrong content: truncated by one byte, then an id no row can see
+    for (int variant = 0; variant < 2; ++variant) {
+      runtime::resume_state bad = rs;
+      auto& b = std::find_if(bad.aux.begin(), bad.aux.end(), [](const auto& a) { return a.first == "selections"; })->second;
+      if (variant == 0) b.pop_back();
+      else b[b.size() - 1] = 0x7e;  // the last id's delta: +63 past the last visible entry
+      testing::internal::CaptureStderr();
+      auto path = r.core.restore(id, bad);
+      const std::string logged = testing::internal::GetCapturedStderr();
+      ASSERT_TRUE(path.ok()) << path.err().message;
+      EXPECT_EQ(*path, resume_path::replayed) << "variant " << variant;
+      EXPECT_NE(logged.find("resume hints not used"), std::string::npos) << logged;
+      EXPECT_NE(logged.find(variant == 0 ? "truncated" : "not an entry the row sees"), std::string::npos) << logged;
+      const model::sequence* s = r.core.sequence_of(id);
+      ASSERT_NE(s, nullptr);
+      EXPECT_EQ(s->selections_from(), s->n_tokens()) << "no hints kept";
+      r.core.drop(id);
+    }
+  }
+  // bytes failing their xxh64 in the store: reported by the store, same outcome
+  exec_sql(r.st->path(), "UPDATE checkpoint_aux SET xxh64 = xxh64 + 1 WHERE name = 'selections'");
+  auto rs = r.load(id);
+  EXPECT_TRUE(rs.pages_ok) << rs.problem;
+  EXPECT_TRUE(rs.problem.empty()) << rs.problem;
+  EXPECT_NE(rs.hints_problem.find("xxh64 mismatch"), std::string::npos) << rs.hints_problem;
+  testing::internal::CaptureStderr();
+  auto path = r.core.restore(id, rs);
+  const std::string logged = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(path.ok()) << path.err().message;
+  EXPECT_EQ(*path, resume_path::replayed);
+  EXPECT_NE(logged.find("xxh64 mismatch"), std::string::npos) << logged;
+  // the session goes on, its next checkpoint carries fresh hints
+  auto probe = text_ids(*tok, "tool result: done.");
+  auto f3 = r.run_turn(id, probe, 6, *path);
+  EXPECT_EQ(f3.stats.path, resume_path::replayed);
+  r.commit(f3, probe.size());
+  r.expect_nothing_lost(id);
+  r.core.drop(id);
+  auto rs2 = r.load(id);
+  EXPECT_TRUE(rs2.hints_problem.empty()) << rs2.hints_problem;
+  auto p2 = r.core.restore(id, rs2);
+  ASSERT_TRUE(p2.ok());
+  EXPECT_EQ(*p2, resume_path::replayed);
+  const model::sequence* s = r.core.sequence_of(id);
+  EXPECT_LT(s->selections_from(), s->n_tokens());
+}
+
 TEST(Resume, MissingPageReprefillsExactlyAndLosesNothing) {
   test::temp_dir dir;
   auto tok = test::test_tokenizer();
@@ -428,45 +488,64 @@ TEST(Resume, ReplayVersusExactNext64Tokens) {
   ASSERT_TRUE(pe.ok() && pr.ok());
   ASSERT_EQ(*pe, resume_path::reprefilled);
   ASSERT_EQ(*pr, resume_path::replayed);
-  model::sequence se = *r.core.sequence_of(exact_id);
-  model::sequence sr = *r.core.sequence_of(id);
+  model::sequence se0 = *r.core.sequence_of(exact_id);
+  model::sequence sr0 = *r.core.sequence_of(id);
+  // (c) replayed without the resume hints (a checkpoint from before them): the replayed rows
+  // re-score their index selections on their truncated-window states.
+  runtime::resume_state bare = rs;
+  const auto hint = std::find_if(bare.aux.begin(), bare.aux.end(), [](const auto& a) { return a.first == "selections"; });
+  ASSERT_NE(hint, bare.aux.end()) << "the checkpoint carries resume hints";
+  std::printf("[resume] resume hints: %zu bytes for %d index layers x the last %lld rows\n", hint->second.size(),
+              sr0.n_index_layers(), (long long)(sr0.n_tokens() - sr0.selections_from()));
+  EXPECT_LT(sr0.selections_from(), sr0.n_tokens());
+  bare.aux.erase(hint);
+  const int64_t bare_id = id + 2000;
+  auto pb = r.core.restore(bare_id, bare);
+  ASSERT_TRUE(pb.ok());
+  ASSERT_EQ(*pb, resume_path::replayed);
+  model::sequence sb0 = *r.core.sequence_of(bare_id);
+  EXPECT_EQ(sb0.selections_from(), sb0.n_tokens());
 
   // A tool result arrives, then 64 next tokens, the exact path's greedy tokens forced into both.
   auto tool = text_ids(*tok, "<｜User｜>tool result: 24300 euros left; next milestone: beta on April 14.<｜Assistant｜>");
   model::runner run(*eng);
-  model::prefill_options opt;
-  auto le = run.prefill(se, tool, opt);
-  auto lr = run.prefill(sr, tool, opt);
-  ASSERT_TRUE(le.ok() && lr.ok());
   const int V = int(eng->config().vocab_size);
-  std::vector<float> ve(le->values.end() - V, le->values.end()), vr(lr->values.end() - V, lr->values.end());
-  int agree = 0, steps = 0;
-  double max_diff = 0, max_abs = 0;
-  std::vector<float> lg;
-  for (int k = 0; k < 64; ++k) {
-    const int te = model::greedy_token(ve.data(), V), tr = model::greedy_token(vr.data(), V);
-    agree += te == tr;
-    ++steps;
-    for (int v = 0; v < V; ++v) {
-      ASSERT_TRUE(std::isfinite(ve[size_t(v)]) && std::isfinite(vr[size_t(v)]));
-      max_diff = std::max(max_diff, double(std::fabs(ve[size_t(v)] - vr[size_t(v)])));
-      max_abs = std::max(max_abs, double(std::fabs(ve[size_t(v)])));
+  auto compare = [&](model::sequence se, model::sequence sr, const char* how) {
+    model::prefill_options opt;
+    auto le = run.prefill(se, tool, opt);
+    auto lr = run.prefill(sr, tool, opt);
+    ASSERT_TRUE(le.ok() && lr.ok());
+    std::vector<float> ve(le->values.end() - V, le->values.end()), vr(lr->values.end() - V, lr->values.end());
+    int agree = 0, steps = 0;
+    double max_diff = 0, max_abs = 0;
+    std::vector<float> lg;
+    for (int k = 0; k < 64; ++k) {
+      const int te = model::greedy_token(ve.data(), V), tr = model::greedy_token(vr.data(), V);
+      agree += te == tr;
+      ++steps;
+      for (int v = 0; v < V; ++v) {
+        ASSERT_TRUE(std::isfinite(ve[size_t(v)]) && std::isfinite(vr[size_t(v)]));
+        max_diff = std::max(max_diff, double(std::fabs(ve[size_t(v)] - vr[size_t(v)])));
+        max_abs = std::max(max_abs, double(std::fabs(ve[size_t(v)])));
+      }
+      if (k == 63) break;
+      model::sequence* both[1];
+      int32_t t1[1] = {te};
+      both[0] = &se;
+      ASSERT_TRUE(run.decode_step(both, t1, lg).ok());
+      ve.assign(lg.begin(), lg.begin() + V);
+      both[0] = &sr;
+      ASSERT_TRUE(run.decode_step(both, t1, lg).ok());
+      vr.assign(lg.begin(), lg.begin() + V);
     }
-    if (k == 63) break;
-    model::sequence* both[1];
-    int32_t t1[1] = {te};
-    both[0] = &se;
-    ASSERT_TRUE(run.decode_step(both, t1, lg).ok());
-    ve.assign(lg.begin(), lg.begin() + V);
-    both[0] = &sr;
-    ASSERT_TRUE(run.decode_step(both, t1, lg).ok());
-    vr.assign(lg.begin(), lg.begin() + V);
-  }
-  EXPECT_EQ(steps, 64);
-  EXPECT_GT(max_abs, 0.0);
-  std::printf("[resume] replay vs exact on %s: context %zu tokens, n_win %lld, tool result %zu tokens, "
-              "64 next tokens: top-1 agreement %d/64 (%.1f%%), max |logit diff| %.4g (max |logit| %.4g, "
-              "rel %.3g)\n",
-              which, rs.tokens.size(), (long long)W, tool.size(), agree, 100.0 * agree / 64, max_diff, max_abs,
-              max_diff / max_abs);
+    EXPECT_EQ(steps, 64);
+    EXPECT_GT(max_abs, 0.0);
+    std::printf("[resume] replay (%s) vs exact on %s: context %zu tokens, n_win %lld, tool result %zu tokens, "
+                "64 next tokens: top-1 agreement %d/64 (%.1f%%), max |logit diff| %.4g (max |logit| %.4g, "
+                "rel %.3g)\n",
+                how, which, rs.tokens.size(), (long long)W, tool.size(), agree, 100.0 * agree / 64, max_diff, max_abs,
+                max_diff / max_abs);
+  };
+  compare(se0, sr0, "with resume hints");
+  compare(se0, sb0, "re-scored, no hints");
 }
