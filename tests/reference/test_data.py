@@ -254,6 +254,162 @@ class TrainBreadthTest(unittest.TestCase):
         self.assertEqual(data._wrap_train(random.Random(0), ""), "")
 
 
+def _graded_calls(s):
+    """[(name, arguments, result text)] of the calls in the graded turn of sample s."""
+    calls = []
+    for m in s["messages"][s["n_prompt"]:]:
+        if m["role"] == "assistant":
+            calls += [[tc["function"]["name"], tc["function"]["arguments"], None]
+                      for tc in m.get("tool_calls") or []]
+        elif m["role"] == "tool":
+            next(c for c in calls if c[2] is None)[2] = m["content"]
+    return calls
+
+
+def _is_error(text):
+    return text.lower().startswith("error")
+
+
+class TrainRobustnessTest(unittest.TestCase):
+    """The train-only robustness of issue 6 (held-out success 41%): requests without their
+    usual verb (_augment_request), more kinds of corrected errors (fam_error, train), wider
+    config files (_config_file graded=True). None of it may change the held-out split."""
+
+    # sha256 of 25 held-out samples per family (seed 2718) and 20 of the natural mix (seed
+    # 2719), computed with the generator as it was BEFORE these train-only additions
+    PINNED = "77b9a61b4dc8ac494c037ae624cf3ad14dd3d92a2b138ba535f465786be3c3eb"
+
+    def _heldout_hash(self):
+        h = hashlib.sha256()
+        for fam in data.FAMILIES:
+            for i in range(25):
+                h.update(json.dumps(data.make_sample(2718, i, "heldout", fam, (300, 900)),
+                                    sort_keys=True).encode())
+        for i in range(20):
+            h.update(json.dumps(data.make_sample(2719, i, "heldout"), sort_keys=True).encode())
+        return h.hexdigest()
+
+    def test_heldout_unchanged_even_with_augmentation_always_on(self):
+        self.assertEqual(self._heldout_hash(), self.PINNED)
+        old = data._PSEUDO_VERB_P
+        try:
+            data._PSEUDO_VERB_P = 1.0
+            self.assertEqual(self._heldout_hash(), self.PINNED)
+        finally:
+            data._PSEUDO_VERB_P = old
+
+    def test_augmentation_rate_and_fields(self):
+        self.assertTrue(0.05 <= data._PSEUDO_VERB_P <= 0.2)
+        total = augmented = 0
+        for key, objs in data._AUG_OBJECTS.items():
+            train_t, held_t = data.T[key]
+            # every object phrase carries the fields that every template of the key carries
+            need = set.intersection(*[set(re.findall(r"\{(\w+)\}", t)) for t in train_t])
+            for o in objs:
+                self.assertLessEqual(need, set(re.findall(r"\{(\w+)\}", o)), (key, o))
+            n_aug = 0
+            for i in range(1000):
+                for fn in (data.tpl, data.ttpl):
+                    t = fn(random.Random(f"{key}/{i}"), "train", key)
+                    if t not in train_t:
+                        n_aug += 1
+                        self.assertLessEqual(need, set(re.findall(r"\{(\w+)\}", t)), (key, t))
+                        self.assertNotRegex(t, r"\{[VvO]\}")
+                    # held-out never augments (tpl keys all have held-out templates)
+                    if fn is data.ttpl or held_t:
+                        h = fn(random.Random(f"{key}/{i}"), "heldout", key)
+                        self.assertIn(h, held_t or train_t[:1])
+            self.assertTrue(0.07 * 2000 < n_aug < 0.17 * 2000, (key, n_aug))
+            total, augmented = total + 2000, augmented + n_aug
+        self.assertAlmostEqual(augmented / total, data._PSEUDO_VERB_P, delta=0.015)
+        # keys outside _AUG_OBJECTS (recall questions, note saves, answers) are never rebuilt
+        for key in ("recall_note_q", "note_save_q", "field_a", "code_save_q"):
+            for i in range(300):
+                self.assertIn(data.tpl(random.Random(i), "train", key), data.T[key][0])
+
+    def test_augmented_requests_keep_the_object(self):
+        """With every request augmented, the values the graded turn's first call copies (path,
+        note key, expression, text) are still in the user's message."""
+        old = data._PSEUDO_VERB_P
+        verbless = 0
+        try:
+            data._PSEUDO_VERB_P = 1.0
+            for fam in ("single", "chain", "multi", "error"):
+                for i in range(120):
+                    s = data.make_sample(8, i, "train", fam, (300, 900))
+                    user = s["messages"][s["n_prompt"] - 1]["content"]
+                    first = s["messages"][s["n_prompt"]]
+                    for tc in first.get("tool_calls") or []:
+                        name, args = tc["function"]["name"], tc["function"]["arguments"]
+                        for a, val in args.items():
+                            if a == "pattern":
+                                self.assertIn(val.rsplit("*", 1)[-1], user, s["id"])
+                            elif val not in (".", data.MCP_ROOT):
+                                # (the error family's first read may put the user's bare file
+                                # name under the MCP root)
+                                self.assertIn(val[len(data.MCP_ROOT) + 1:] if fam == "error" and
+                                              val.startswith(data.MCP_ROOT + "/") else val,
+                                              user, (s["id"], name, a))
+                    verbless += user.rstrip(" .!?:)").endswith(", please")
+        finally:
+            data._PSEUDO_VERB_P = old
+        self.assertGreater(verbless, 5)
+
+    def test_augmented_phrasings_not_near_heldout(self):
+        held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]
+        cands = [f.replace("{V}", "Qverbq").replace("{v}", "qverbq").replace("{O}", o)
+                 for objs in data._AUG_OBJECTS.values() for o in objs for f in data._AUG_FRAMES]
+        cands += data._ERRNOTE2_Q
+        for h in held:
+            for t in cands:
+                ratio = difflib.SequenceMatcher(None, _words(h), _words(t)).ratio()
+                self.assertLess(ratio, 0.8, f"train {t!r} is close to held-out {h!r}")
+
+    def test_error_family_corrects_and_never_repeats(self):
+        n_two = 0
+        kinds = set()
+        for i in range(300):
+            s = data.make_sample(12, i, "train", "error", (300, 900))
+            calls = _graded_calls(s)
+            failed = []
+            for k, (name, args, res) in enumerate(calls):
+                key = (name, json.dumps(args, sort_keys=True))
+                self.assertNotIn(key, failed, (s["id"], "repeats a failed call"))
+                if _is_error(res):
+                    failed.append(key)
+                    kinds.add(re.match(r"(?i)error: ([a-z ]+)", res).group(1).strip())
+                if name.endswith("list") or name.endswith("list_directory"):
+                    # a directory it lists was named before (user message or a tool result)
+                    seen = json.dumps(s["messages"][:s["n_prompt"]]) + "".join(c[2] for c in calls[:k])
+                    self.assertIn(args["path"].rstrip("/").split("/")[-1] or ".", seen + ". /data")
+            self.assertTrue(failed, s["id"])
+            self.assertFalse(_is_error(calls[-1][2]), s["id"])
+            self.assertIn(s["expect"], s["messages"][-1]["content"])
+            n_two += len(failed) >= 2
+        self.assertTrue(0.15 * 300 < n_two < 0.45 * 300, n_two)
+        self.assertEqual(kinds, {"no such file", "ENOENT", "no note named", "unexpected character",
+                                 "Access denied"})
+
+    def test_train_config_files_are_wider(self):
+        def sizes(split, **kw):
+            return [len(data._config_file(data.Values(random.Random(i), split), **kw)[1])
+                    for i in range(400)]
+        self.assertEqual(set(sizes("train", graded=True)), set(range(3, 13)))
+        self.assertEqual(set(sizes("heldout", graded=True)), set(range(3, 8)))
+        self.assertEqual(set(sizes("train")), set(range(3, 8)))  # filler files as they were
+        self.assertEqual(set(sizes("train", n_keys=5, graded=True)), {5})
+        long_fields = 0
+        for i in range(200):
+            s = data.make_sample(6, i, "train", "single", (300, 900))
+            calls = _graded_calls(s)
+            if len(calls) == 1 and calls[0][0] in ("file_read", data.MCP_PREFIX + "read_text_file"):
+                lines = calls[0][2].split("\n")
+                if len(lines) >= 8 and s["expect"] != lines[0]:  # a field question
+                    long_fields += 1
+                    self.assertIn(s["expect"], [ln.split(" = ", 1)[1] for ln in lines])
+        self.assertGreater(long_fields, 5)
+
+
 class ToolTest(unittest.TestCase):
     def test_calculator(self):
         w = data.new_world()

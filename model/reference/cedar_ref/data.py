@@ -32,6 +32,11 @@ What this owns
     name, city, number or code, repeat a word, yes/no and comparisons about the message,
     list positions, facts the user already gave, greetings). Every train-only random draw sits
     on a train-only code path, so the held-out random stream is unchanged.
+  * Train robustness (issue 6, held-out success 41%; train only, each rate a module constant
+    with its reason): 12% of requests lose their verb for a pseudo-word or none
+    (_augment_request, _PSEUDO_VERB_P), more ways to name a note key; the error family adds
+    more kinds of failure, two failures in a row and no guessed directory names
+    (_ERROR_TRAIN_KINDS); config files a graded turn reads have 3-12 lines (_TRAIN_CONFIG_KEYS).
   * render_sample(): the V4.1 prompt text (cedar_ref.chat.encode_messages, chat mode) cut into
     segments [(text, is_assistant)]; tokenize_sample() turns it into ids + a loss mask that is
     1 exactly on assistant tokens (their content, DSML block and end-of-sentence).
@@ -437,7 +442,10 @@ T = {
                 "Open {f}.", "Let me see what {f} contains.", "Read the file {f}, please.",
                 "What is written in {f}?", "Fetch {f} and show it.", "Could you open {f}?",
                 "Dump the contents of {f}.", "Tell me what {f} contains.",
-                "Look at {f} and show me its text.", "{f}: what's inside?", "show {f}"],
+                "Look at {f} and show me its text.", "{f}: what's inside?", "show {f}",
+                # wishes rather than commands (the request verb is not a tool word)
+                "I want to look at {f}.", "Could I get a look at {f}?",
+                "I'm curious what {f} holds.", "Mind opening {f}?"],
                ["Print {f} for me.", "I'd like to see {f}."]),
     "read_a": (["{f} contains:\n{r}", "Here is {f}:\n{r}", "Contents of {f}:\n{r}",
                 "The file says:\n{r}", "{f}:\n{r}", "This is what {f} holds:\n{r}",
@@ -476,7 +484,12 @@ T = {
                      "Can you read back the {k} note?", "Get my note {k}.", "Show me the note {k}.",
                      "I saved something as {k}. What was it?", "What's in my {k} note?",
                      "Read back {k} from my notes.", "Fetch note {k}.",
-                     "What value is stored in note {k}?", "Remind me what my {k} note says."],
+                     "What value is stored in note {k}?", "Remind me what my {k} note says.",
+                     # more ways to introduce the key: quoted, named, titled, as an entry
+                     "Read the note \"{k}\".", "What's in the note named {k}?",
+                     "Show me the {k} entry from my notes.", "Open my note titled '{k}'.",
+                     "What does the {k} note hold?", "Find the note with the key {k} and read it.",
+                     "My notes have an entry {k}. What does it say?"],
                     ["Look up my note called {k}."]),
     "note_read_a": (["Your note {k} says {r}.", "The note {k} says {r}.", "{k}: {r}.",
                      "It says {r}.", "You saved {r} as {k}.", "{r}"], []),
@@ -585,7 +598,10 @@ T = {
                     "Check my note {k} and give me {m} times that.",
                     "{m} times the number saved as {k}: what is it?",
                     "I saved a number as {k}. Multiply it by {m}.",
-                    "Compute {m} times my note {k}.", "Please take note {k} and times it by {m}."],
+                    "Compute {m} times my note {k}.", "Please take note {k} and times it by {m}.",
+                    "Multiply the note \"{k}\" by {m}.",
+                    "Take the {k} entry from my notes and multiply it by {m}.",
+                    "What is {m} times the note named {k}?"],
                    []),
     "notecalc_a": (["{x} * {m} = {v}.", "Your note {k} is {x}; times {m} that is {v}.",
                     "{x} times {m} is {v}.", "It's {v}.", "{k} = {x}, so the result is {v}."], []),
@@ -921,16 +937,82 @@ _NOTOOL_W = [NOTOOL_WEIGHTS[k] for k in _NOTOOL_KINDS]
 
 def tpl(rng, split, key):
     tr, ho = T[key]
-    return rng.choice(ho if split == "heldout" else tr)
+    if split == "heldout":
+        return rng.choice(ho)
+    return _augment_request(rng, key, rng.choice(tr))
 
 
 def ttpl(rng, split, key):
-    """Train: a random template of key. Held-out: its fixed phrasing (the held-out template, or
-    the first train template when there is none), drawn WITHOUT using rng."""
+    """Train: a random template of key (sometimes rebuilt by _augment_request). Held-out: its
+    fixed phrasing (the held-out template, or the first train template when there is none),
+    drawn WITHOUT using rng."""
     tr, ho = T[key]
     if split == "train":
-        return rng.choice(tr)
+        return _augment_request(rng, key, rng.choice(tr))
     return ho[0] if ho else tr[0]
+
+
+# Request augmentation (train only). A model trained on T's paraphrases alone keys on a few
+# request verbs ("read", "open", "what's in") and fails on held-out wordings it never saw: it
+# took "called X" as the key of "Look up my note called X", and answered "I'd like to see
+# X.conf" without reading the file. So a small share of train requests drop the template's
+# request verb for a pseudo-word (the syllables of the value pools, train half) or for no verb
+# at all, keeping only the object: the path, the note key, the expression, the numbers. What
+# to do must then come from the object and the tools offered, not from one verb. 12% keeps the
+# natural phrasings dominant (they are what users write) while every template key sees the
+# verb-free form often. Objects carry every field that all of the key's templates carry (the
+# values the target call copies); note keys are introduced with a clear boundary (quoted,
+# "named", "the X note", "the X entry").
+_PSEUDO_VERB_P = 0.12
+_AUG_FRAMES = ["{V} {O}.", "{V} {O}, please.", "Please {v} {O}.", "Could you {v} {O}?",
+               "Can you {v} {O}?", "I need you to {v} {O}.", "Go ahead and {v} {O}.",
+               "Next task: {v} {O}.", "When you have a moment, {v} {O}.", "{V} {O} now.",
+               "About {O}: {v} it.", "{O} - {v} that, please.",
+               "{O}, please."]  # the last one has no verb at all
+_NOTE_REFS = ["my note {k}", "the note \"{k}\"", "note '{k}'", "the {k} note", "my {k} note",
+              "the note named {k}", "the {k} entry in my notes", "the note with key {k}"]
+_AUG_OBJECTS = {
+    "calc_q": ["{e}", "the expression {e}", "the sum {e}"],
+    "clock_q": ["the time", "the current date", "today's date and time", "the date"],
+    "read_q": ["{f}", "the file {f}", "the text of {f}", "file {f}"],
+    "field_q": ["the {k} in {f}", "{k} from {f}", "the {k} setting of {f}", "the {k} line of {f}",
+                "{f}, key {k}"],
+    "list_q": ["{d}", "the folder {d}", "the directory {d}", "the entries of {d}"],
+    "note_read_q": _NOTE_REFS,
+    "total_q": ["{n} {it} at the prices in {f}", "the cost of {n} {it} (prices: {f})"],
+    "multi_q": ["{e1} and {e2}", "both {e1} and {e2}"],
+    "write_q": ["'{b}' into {p}", "the text '{b}' to {p}"],
+    "search_q": ["the .{x} files under {root}", "every *.{x} file in {root}"],
+    "fieldcalc_q": ["the {k} in {f} {word} {m}", "{k} from {f}, {word} {m}"],
+    "notecalc_q": [o + " times {m}" for o in _NOTE_REFS],
+    "clockcalc_q": ["the year {n} years from now", "this year plus {n}"],
+    "read2_q": ["the {k1} in {f1} and the {k2} in {f2}", "{k1} from {f1} and {k2} from {f2}"],
+    "mixed_q": ["the date and {e}", "the current time and {e}"],
+    "errpath_q": ["the {k} in {b}", "{k} from {b}"],
+    "errpath_hint_q": ["the {k} in {b} (somewhere in {d})", "{k} from {b}, under {d}"],
+    "errcalc_q": ["{a} {bad} {b}"],
+}
+
+
+def _pseudo_verb(r: random.Random) -> str:
+    """A two-syllable pseudo-word of the train pool, 4 to 9 letters."""
+    while True:
+        w = "".join(r.choice(_ONSETS) + r.choice(_VOWELS) + r.choice(_CODAS) for _ in range(2))
+        if 4 <= len(w) <= 9 and _pool_of(w) == "train":
+            return w
+
+
+def _augment_request(r: random.Random, key: str, template: str) -> str:
+    """Train only: with probability _PSEUDO_VERB_P (keys of _AUG_OBJECTS) a new template of
+    the same fields: a frame of _AUG_FRAMES around a pseudo-word verb and an object phrase;
+    otherwise the template unchanged. Draws from r only for the keys of _AUG_OBJECTS."""
+    objs = _AUG_OBJECTS.get(key)
+    if objs is None or r.random() >= _PSEUDO_VERB_P:
+        return template
+    frame, obj, verb = r.choice(_AUG_FRAMES), r.choice(objs), _pseudo_verb(r)
+    if frame.startswith("{O}"):
+        obj = obj[0].upper() + obj[1:]
+    return frame.replace("{V}", verb.capitalize()).replace("{v}", verb).replace("{O}", obj)
 
 
 SYSTEMS = (["You are cedar, a helpful assistant. Use the tools when they help.",
@@ -1067,15 +1149,33 @@ def _expr(v: Values, hard=False):
     return e, format_number(calc_eval(e))
 
 
-def _config_file(v: Values, n_keys=None):
-    """A key = value config file: returns (text, {key: value})."""
+# Config files that a graded turn reads (train only): 3 to 12 lines instead of 3 to 7, from a
+# wider key list. With few lines the model got away with a rough position of the asked key and
+# answered another line's number on held-out files (it read "limit = 299" and said 691); more
+# distractor lines, more of them numeric, make copying the value of the asked key's own line
+# matter. The held-out range (3-7) lies inside the train one. Filler files of long sessions
+# and the recall file keep their sizes (session lengths stay as they were).
+_TRAIN_CONFIG_KEYS = (3, 12)
+_TRAIN_EXTRA_KEYS = ["workers", "threads", "quota", "interval", "depth", "delay", "capacity",
+                     "batch", "theme", "zone", "label", "channel"]
+_NUMERIC_KEYS = frozenset(["port", "timeout", "retries", "limit", "budget", "version", "level",
+                           "workers", "threads", "quota", "interval", "depth", "delay", "capacity",
+                           "batch"])
+
+
+def _config_file(v: Values, n_keys=None, graded=False):
+    """A key = value config file: returns (text, {key: value}). graded: the file a graded turn
+    reads (wider in train, _TRAIN_CONFIG_KEYS; no change in held-out)."""
     r = v.r
     keys = ["port", "host", "user", "timeout", "retries", "region", "owner", "version", "limit",
             "token", "color", "level", "mode", "budget", "city", "team"]
+    if graded and n_keys is None and v.split == "train":
+        keys = keys + _TRAIN_EXTRA_KEYS
+        n_keys = r.randint(*_TRAIN_CONFIG_KEYS)
     ks = r.sample(keys, n_keys or r.randint(3, 7))
     kv = {}
     for k in ks:
-        if k in ("port", "timeout", "retries", "limit", "budget", "version", "level"):
+        if k in _NUMERIC_KEYS:
             kv[k] = str(v.num(1, 65000 if k == "port" else None))
         elif k == "city":
             kv[k] = v.pick(v.cities)
@@ -1162,7 +1262,7 @@ def fam_single(s: Session, v: Values):
         s.answer(tpl(r, s.split, "clock_a").format(v=res))
         return res
     if kind in ("read", "field"):
-        text, kv = _config_file(v)
+        text, kv = _config_file(v, graded=True)
         rel = (v.word() + "/" if r.random() < 0.5 else "") + v.filename("conf")
         s.world["files"][rel] = text
         if kind == "read":
@@ -1209,7 +1309,7 @@ def fam_chain(s: Session, v: Values):
         s.answer(tpl(r, s.split, "total_a").format(n=n, it=it, p=prices[it], v=res))
         return res
     if kind == "field_calc":
-        text, kv = _config_file(v)
+        text, kv = _config_file(v, graded=True)
         num_keys = [k for k, x in kv.items() if x.isdigit()]
         if not num_keys:
             kv["limit"] = str(v.num())
@@ -1257,7 +1357,7 @@ def fam_multi(s: Session, v: Values):
         s.answer(tpl(r, s.split, "multi_a").format(e1=e1, e2=e2, v1=v1, v2=v2))
         return v2
     if kind == "read2":
-        (t1, kv1), (t2, kv2) = _config_file(v), _config_file(v)
+        (t1, kv1), (t2, kv2) = _config_file(v, graded=True), _config_file(v, graded=True)
         f1, f2 = v.filename("conf"), v.filename("conf")
         if f1 == f2:
             f2 = "b" + f2
@@ -1276,11 +1376,129 @@ def fam_multi(s: Session, v: Values):
     return val
 
 
+# Error family, train split: more kinds of failure and of correction. The model retried a
+# failing call with the same arguments until the round limit; every train error sample shows a
+# corrected call that differs from each failed one, now after more kinds of error (operators,
+# thousands separators, currency signs, powers, percentages, a path outside the MCP root, a
+# file one directory deeper) and, in a share of them, after two failures in a row (each retry
+# fixes what the last error message names). Weights: the original three kinds keep about 70%.
+_ERROR_TRAIN_KINDS = {"path": 4, "nested": 1, "root": 1, "calc": 2, "calc2": 1, "note": 2,
+                      "note2": 1}  # "root" only with the MCP tools
+# calculator errors: (operator, what the user wrote instead)
+_ERR_OPS = [("*", "x"), ("*", "times"), ("/", ":"), ("+", "plus"), ("*", "\u00d7"),
+            ("/", "\u00f7"), ("-", "minus")]
+_ERRNOTE2_Q = ["Read my note {k}. If it does not exist, try {alt}, and then {real}.",
+               "What does my note {k} say? It may be saved as {alt} or as {real}.",
+               "Check note {k}; failing that {alt}; failing that {real}.",
+               "I saved a note as {k}, {alt} or {real}, not sure which. What does it say?",
+               "Open note {k}, or {alt}, or {real}: whichever exists.",
+               "Try my notes {k}, {alt} and {real} in that order and tell me what the first "
+               "existing one says.",
+               "Get note {k} (it could also be {alt} or {real}).",
+               "My note is {k}, or maybe {alt}, or {real}. Read it."]
+_ERRNOTE2_A = ["Neither {k} nor {alt} exists; {real} says {r}.",
+               "{k} and {alt} are missing. {real}: {r}.",
+               "Note {real} says {r} ({k} and {alt} do not exist).", "{real} says {r}.",
+               "There is no note {k} or {alt}, but {real} says {r}."]
+
+
+def _err_calc_train(s: Session, v: Values, n_err: int):
+    """A calculator request written with n_err (1 or 2) things the calculator rejects; each
+    retry fixes the leftmost one (the one the error names), the last call succeeds."""
+    r = v.r
+    sub = "op" if n_err == 2 else r.choice(["op", "op", "num", "power", "percent"])
+    if sub == "power":
+        x = v.num(2, 99)
+        texts, calls = (str(x), "^", "2"), [f"{x} ^ 2", f"{x} * {x}"]
+    elif sub == "percent":
+        p, b = r.choice([5, 10, 15, 20, 25, 30, 40, 50, 75]), v.num(20, 5000)
+        texts, calls = (f"{p}%", "of", str(b)), [f"{p}% of {b}", f"{p} / 100 * {b}"]
+    else:
+        op, bad = r.choice(_ERR_OPS) if sub == "op" else (r.choice("+-*/"), None)
+        b = v.num(2, 99) if op == "/" else v.num(2, 999)
+        a = b * v.num(2, 999) if op == "/" else v.num()
+        a_bad = None
+        if sub == "num" or n_err == 2:  # a thousands separator or a currency sign on a
+            a_bad = f"{a:,}" if a >= 1000 and r.random() < 0.6 else r.choice("$\u20ac\u00a3") + str(a)
+        texts = (a_bad or str(a), bad or op, str(b))
+        calls = [" ".join(texts)]
+        if a_bad and bad:
+            calls.append(f"{a} {bad} {b}")
+        calls.append(f"{a} {op} {b}")
+    s.user(ttpl(r, s.split, "errcalc_q").format(a=texts[0], bad=texts[1], b=texts[2]))
+    for e in calls:
+        res = s.call([("calculator", {"expression": e})])[0]
+    e = calls[-1]
+    fixed_op = sub == "op" and n_err == 1
+    s.answer(r.choice([t for t in T["errcalc_a"][0] if fixed_op or "operator" not in t])
+             .format(e=e, v=res))
+    return res
+
+
+def _err_note2_train(s: Session, v: Values):
+    """Two missing notes (the key and the first fallback the user names), then the second."""
+    r = v.r
+    k, val = v.word(), str(v.num())
+    s1, s2 = r.sample(["_notes", "s", "_list", "_old", "2", "_main", "_v2"], 2)
+    alt, real = k + s1, k + s2
+    s.world["notes"][real] = val
+    s.user(r.choice(_ERRNOTE2_Q).format(k=k, alt=alt, real=real))
+    s.call([("notes_read", {"key": k})])
+    s.call([("notes_read", {"key": alt})])
+    res = s.call([("notes_read", {"key": real})])[0]
+    s.answer(r.choice(_ERRNOTE2_A).format(k=k, alt=alt, real=real, r=res))
+    return val
+
+
+def _err_path_train(s: Session, v: Values, kind: str):
+    """nested: the file sits one directory below the one the user names (read at the root
+    fails, read in that directory fails, list it, list the sub-directory, read). root (MCP):
+    the user gives a relative path, the server denies it, the retry puts it under the root."""
+    r = v.r
+    text, kv = _config_file(v, graded=True)
+    d = v.word()
+    k = r.choice(list(kv))
+    if kind == "root":
+        rel = f"{d}/{v.filename('conf')}"
+        s.world["files"][rel] = text
+        s.user(tpl(r, s.split, "field_q").format(k=k, f=rel))
+        s.call([(MCP_PREFIX + "read_text_file", {"path": rel})])
+        s.call([s.read_call(rel)])
+        s.answer(tpl(r, s.split, "field_a").format(k=k, f=s.show_path(rel), v=kv[k]))
+        return kv[k]
+    sub = v.word()
+    base = v.filename("conf")
+    rel = f"{d}/{sub}/{base}"
+    s.world["files"][rel] = text
+    for _ in range(r.randint(1, 2)):
+        s.world["files"][f"{d}/{v.filename()}"] = _prose_file(v, 2)
+    if r.random() < 0.5:
+        s.world["files"][f"{d}/{sub}/{v.filename()}"] = _prose_file(v, 2)
+    s.user(ttpl(r, s.split, "errpath_hint_q").format(k=k, b=base, d=s.show_path(d)))
+    s.call([s.read_call(base)])
+    s.call([s.read_call(f"{d}/{base}")])
+    s.call([s.list_call(d)])
+    s.call([s.list_call(f"{d}/{sub}")])
+    s.call([s.read_call(rel)])
+    s.answer(tpl(r, s.split, "field_a").format(k=k, f=s.show_path(rel), v=kv[k]))
+    return kv[k]
+
+
 def fam_error(s: Session, v: Values):
     r = v.r
-    kind = r.choice(["path", "path", "calc", "note"])
+    if s.split == "train":
+        kinds = [k for k in _ERROR_TRAIN_KINDS if k != "root" or s.mcp]
+        kind = r.choices(kinds, weights=[_ERROR_TRAIN_KINDS[k] for k in kinds])[0]
+        if kind in ("calc", "calc2"):
+            return _err_calc_train(s, v, 2 if kind == "calc2" else 1)
+        if kind == "note2":
+            return _err_note2_train(s, v)
+        if kind in ("nested", "root"):
+            return _err_path_train(s, v, kind)
+    else:
+        kind = r.choice(["path", "path", "calc", "note"])
     if kind == "path":
-        text, kv = _config_file(v)
+        text, kv = _config_file(v, graded=True)
         d = v.word()
         rel = f"{d}/{v.filename('conf')}"
         s.world["files"][rel] = text
@@ -1292,7 +1510,16 @@ def fam_error(s: Session, v: Values):
         s.user(ttpl(r, s.split, "errpath_hint_q" if hint else "errpath_q")
                .format(k=k, b=base, d=s.show_path(d)))
         s.call([s.read_call(base)])
-        s.call([s.list_call(d)])
+        if s.split == "train" and not hint:
+            # the user named no directory: find it (search, or list the root) rather than
+            # list a directory name that appears nowhere in the conversation
+            if s.mcp:
+                s.call([(MCP_PREFIX + "search_files", {"path": MCP_ROOT, "pattern": f"**/{base}"})])
+            else:
+                s.call([s.list_call("")])
+                s.call([s.list_call(d)])
+        else:
+            s.call([s.list_call(d)])
         s.call([s.read_call(rel)])
         s.answer(tpl(r, s.split, "field_a").format(k=k, f=s.show_path(rel), v=kv[k]))
         return kv[k]
