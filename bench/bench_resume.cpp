@@ -7,7 +7,7 @@
 //                them over), encoder bounded replay of the last n_win tokens, then the 32 new;
 //   reprefilled  prefill the whole token log of N tokens (CED) again, then the 32 new (N + 32).
 // and, as the baseline of what the resume hints save, replayed from the same checkpoint without
-// its "selections" aux blob (the replayed rows re-score their index selections over every
+// its "hint.selections" aux blob (the replayed rows re-score their index selections over every
 // entry, as before the hints existed): rows replayed_without_hints_*.
 // The pages are the session's own turn delta (the bytes commit_turn would store). Each figure
 // is the median of `reps` repetitions (≥ 5) after one warm-up; progress goes to stderr.
@@ -187,9 +187,9 @@ bool bench_one(const std::string& name, const cm::engine& e, int n, int reps, bo
   // The same checkpoint without its resume hints (as one written before them): the replayed
   // rows re-score their index selections over every entry. The baseline of what hints save.
   rt::resume_state bare = rs;
-  std::erase_if(bare.aux, [](const auto& a) { return a.first == "selections"; });
+  std::erase_if(bare.aux, [](const auto& a) { return a.first == "hint.selections"; });
   for (const auto& a : rs.aux)
-    if (a.first == "selections") csv(name, n, W, "resume_hints_bytes", double(a.second.size()), "B");
+    if (a.first == "hint.selections") csv(name, n, W, "resume_hints_bytes", double(a.second.size()), "B");
   {
     // resident memory right after a replayed restore (vectors at their exact sizes)
     core.drop(id);

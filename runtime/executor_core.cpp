@@ -131,7 +131,7 @@ bool get_magic(std::span<const uint8_t>& b) {
   return true;
 }
 
-// "selections" (resume hints, model::index_selections): CAX1, u32 format 1, i64 first_pos,
+// "hint.selections" (resume hints, model::index_selections): CAX1, u32 format 1, i64 first_pos,
 // u32 n_rows, u32 n_layers, u32 top-k, then per layer and row: varint n ids, then each id as
 // the zigzag varint of its difference from the previous one (ids ascend, so most take one or
 // two bytes: 64 rows x 5 layers x 64 ids = 80 KB as int32, about 25 KB here).
@@ -175,11 +175,11 @@ std::vector<uint8_t> encode_selections(const model::index_selections& h, int n_l
   }
   return b;
 }
-// Parses a "selections" blob for a model with n_layers index layers and top-k K; the error
+// Parses a "hint.selections" blob for a model with n_layers index layers and top-k K; the error
 // names what is wrong (sequence::restore_selections checks the ids against the entries).
 result<model::index_selections> decode_selections(std::span<const uint8_t> b, int n_layers, int K) {
   const auto bad = [](const std::string& why) {
-    return make_error(errc::invalid_format, "aux 'selections': " + why);
+    return make_error(errc::invalid_format, "aux 'hint.selections': " + why);
   };
   uint32_t fmt = 0, rows = 0, layers = 0, k = 0;
   model::index_selections h;
@@ -226,7 +226,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> executor_core::aux_of(
   for (int64_t id : s.ngram_history()) put<int64_t>(b, id);
   out.emplace_back("ngram", std::move(b));
   if (s.n_index_layers() > 0)
-    out.emplace_back("selections", encode_selections(s.selections(s.selection_capacity()), s.n_index_layers(),
+    out.emplace_back("hint.selections", encode_selections(s.selections(s.selection_capacity()), s.n_index_layers(),
                                                      s.config().index_topk));
   return out;
 }
@@ -306,7 +306,7 @@ resume_state resume_state_from(const sessions::checkpoint_data& cp) {
   // A damaged resume-hints blob costs speed, not correctness: replay re-scores those rows.
   std::vector<std::string> aux_errors;
   for (const auto& e : cp.aux_errors) {
-    if (e.rfind("aux 'selections'", 0) == 0)
+    if (e.rfind("aux 'hint.selections'", 0) == 0)
       rs.hints_problem = e;
     else
       aux_errors.push_back(e);
@@ -415,7 +415,7 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
   if (ok) {
     // Resume hints: optional. Missing (a checkpoint from before them, a fork), damaged or not
     // matching: the replayed rows re-score their index selections instead.
-    auto a = std::find_if(cp.aux.begin(), cp.aux.end(), [](const auto& b) { return b.first == "selections"; });
+    auto a = std::find_if(cp.aux.begin(), cp.aux.end(), [](const auto& b) { return b.first == "hint.selections"; });
     std::string hw = cp.hints_problem;
     if (a != cp.aux.end() && r.seq->n_index_layers() > 0) {
       auto h = decode_selections(a->second, r.seq->n_index_layers(), c.index_topk);

@@ -19,7 +19,7 @@
 // `replayed` (pages ok: restore global KV, encoder bounded replay of the last n_win tokens) or
 // `reprefilled` (pages missing or corrupt: prefill the whole token log again; slow, exact).
 // Replayed rows take their index selections from the checkpoint's resume hints (aux blob
-// "selections": the top-k ids the exact pass chose for the last sliding_window + ratio rows at
+// "hint.selections": the top-k ids the exact pass chose for the last sliding_window + ratio rows at
 // every index layer) instead of re-scoring every entry: replay then costs the same at 4K and
 // 32K tokens. Hints are optional: missing (a checkpoint written before them), damaged or not
 // matching, they are logged and the rows are re-scored; the path stays `replayed`.
@@ -104,7 +104,7 @@ struct resume_state {
   std::vector<int32_t> tokens;
   bool pages_ok = true;
   std::string problem;                          // why pages are not usable
-  std::string hints_problem;                    // why the resume hints ("selections") are not usable
+  std::string hints_problem;                    // why the resume hints ("hint.selections") are not usable
   struct source {
     uint32_t layer = 0;
     std::vector<uint8_t> main, index;
@@ -178,7 +178,7 @@ class executor_core {
   std::vector<finished_generation> take_finished();
 
   // The aux blobs that describe a sequence's resumable state (pending groups, n-gram history)
-  // and its resume hints ("selections", varint-coded; about 25 KB for the default model).
+  // and its resume hints ("hint.selections", varint-coded; about 25 KB for the default model).
   static std::vector<std::pair<std::string, std::vector<uint8_t>>> aux_of(const model::sequence& s);
   // Evicts LRU residents (idle ones) until the budget holds (every idle one under the replay and
   // reprefill policies); returns the evicted sessions.

@@ -36,6 +36,8 @@
 //   checkpoint_sources+s rows   (entries per source at the checkpoint)
 //   checkpoint_aux    +a rows   (named aux state blobs, xxh64; a turn that adds no tokens
 //                               carries the previous checkpoint's rows: its state is unchanged)
+//                     −h rows   (resume hints, names "hint.*": the session's earlier
+//                               checkpoints' blobs of the names this turn writes are deleted)
 //   turn_timings      +0/1 row  (time to first token, decode time; when the turn generated)
 //   sessions          1 update  (status, n_turns, n_tokens, updated_ms)
 //   COMMIT                             (the pages are committed: their rows are visible)
@@ -59,7 +61,9 @@
 //
 //   1. Append-only. Rows of transcript_items, token_chunks, kv_pages, session_pages,
 //      checkpoints, checkpoint_sources, checkpoint_aux and turn_timings are never updated; only
-//      remove_session() deletes them. A turn never rewrites history. (Triggers make an UPDATE
+//      remove_session() deletes them — and commit_turn deletes resume hints (checkpoint_aux
+//      rows named "hint.*", a cache of what replay can recompute) of earlier checkpoints when
+//      it writes a newer one of the same name. A turn never rewrites history. (Triggers make an UPDATE
 //      of transcript_items, token_chunks, checkpoints or turn_timings fail in the database.)
 //      Exception: a page's location (kv_pages.file_offset) moves in compact_pages() and the
 //      schema-3 migration, and is cleared when the page file is lost; never its content.
@@ -758,7 +762,13 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
       carry->bind(1, n_turns_after).bind(2, id);
       CEDAR_TRY(carry->exec());
     }
+    auto drop_hint = db_.prepare("DELETE FROM checkpoint_aux WHERE session_id=? AND name=? AND n_turns<?");
+    if (!drop_hint) return drop_hint.take_err();
     for (const aux_write& a : turn.aux) {
+      if (aux_is_hint(a.name)) {
+        drop_hint->bind(1, id).bind(2, a.name).bind(3, n_turns_after);
+        CEDAR_TRY(drop_hint->exec());
+      }
       aux->bind(1, id).bind(2, n_turns_after).bind(3, a.name);
       aux->bind(4, as_i64(checksum64(a.bytes))).bind_blob_static(5, a.bytes);
       status st = aux->exec();

@@ -93,7 +93,11 @@ struct page_write {
 };
 
 // Auxiliary state needed to resume exactly (compressor pending half-group, Engram n-gram
-// history, ...): named opaque bytes, replaced at every checkpoint, checksummed.
+// history, ...): named opaque bytes, replaced at every checkpoint, checksummed. A name that
+// starts with "hint." (aux_is_hint) is a resume hint — a cache the executor can do without
+// (runner::replay's index selections): the store keeps it for a session's latest checkpoint
+// only, so hints cost a constant per session, not a constant per turn.
+inline bool aux_is_hint(std::string_view name) { return name.starts_with("hint."); }
 struct aux_write {
   std::string name;
   std::span<const uint8_t> bytes;

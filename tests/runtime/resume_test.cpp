@@ -315,7 +315,7 @@ TEST(Resume, FlippedPageBytesReprefillExactlyAndLoseNothing) {
   r.expect_nothing_lost(id);
 }
 
-// The resume hints ("selections" aux blob) are optional: damaged or malformed, they are
+// The resume hints ("hint.selections" aux blob) are optional: damaged or malformed, they are
 // reported and the session still takes the replayed path, its rows re-scored.
 TEST(Resume, DamagedResumeHintsStillReplayAndLoseNothing) {
   test::temp_dir dir;
@@ -326,12 +326,12 @@ TEST(Resume, DamagedResumeHintsStillReplayAndLoseNothing) {
   {
     auto rs = r.load(id);
     ASSERT_TRUE(rs.pages_ok) << rs.problem;
-    auto h = std::find_if(rs.aux.begin(), rs.aux.end(), [](const auto& a) { return a.first == "selections"; });
+    auto h = std::find_if(rs.aux.begin(), rs.aux.end(), [](const auto& a) { return a.first == "hint.selections"; });
     ASSERT_NE(h, rs.aux.end());
     // well-formed blob, wrong content: truncated by one byte, then an id no row can see
     for (int variant = 0; variant < 2; ++variant) {
       runtime::resume_state bad = rs;
-      auto& b = std::find_if(bad.aux.begin(), bad.aux.end(), [](const auto& a) { return a.first == "selections"; })->second;
+      auto& b = std::find_if(bad.aux.begin(), bad.aux.end(), [](const auto& a) { return a.first == "hint.selections"; })->second;
       if (variant == 0) b.pop_back();
       else b[b.size() - 1] = 0x7e;  // the last id's delta: +63 past the last visible entry
       testing::internal::CaptureStderr();
@@ -348,7 +348,7 @@ TEST(Resume, DamagedResumeHintsStillReplayAndLoseNothing) {
     }
   }
   // bytes failing their xxh64 in the store: reported by the store, same outcome
-  exec_sql(r.st->path(), "UPDATE checkpoint_aux SET xxh64 = xxh64 + 1 WHERE name = 'selections'");
+  exec_sql(r.st->path(), "UPDATE checkpoint_aux SET xxh64 = xxh64 + 1 WHERE name = 'hint.selections'");
   auto rs = r.load(id);
   EXPECT_TRUE(rs.pages_ok) << rs.problem;
   EXPECT_TRUE(rs.problem.empty()) << rs.problem;
@@ -493,7 +493,7 @@ TEST(Resume, ReplayVersusExactNext64Tokens) {
   // (c) replayed without the resume hints (a checkpoint from before them): the replayed rows
   // re-score their index selections on their truncated-window states.
   runtime::resume_state bare = rs;
-  const auto hint = std::find_if(bare.aux.begin(), bare.aux.end(), [](const auto& a) { return a.first == "selections"; });
+  const auto hint = std::find_if(bare.aux.begin(), bare.aux.end(), [](const auto& a) { return a.first == "hint.selections"; });
   ASSERT_NE(hint, bare.aux.end()) << "the checkpoint carries resume hints";
   std::printf("[resume] resume hints: %zu bytes for %d index layers x the last %lld rows\n", hint->second.size(),
               sr0.n_index_layers(), (long long)(sr0.n_tokens() - sr0.selections_from()));

@@ -242,6 +242,44 @@ TEST(store, a_turn_without_tokens_carries_the_previous_aux_state) {
   EXPECT_TRUE(st->check_invariants(id).ok());
 }
 
+// Resume hints ("hint.*" aux blobs) are a cache: the store keeps them for the latest
+// checkpoint only, so a long session does not pay for them turn after turn; other aux state is
+// kept per checkpoint. A fork keeps the hint of the checkpoint it forks at, if it is there.
+TEST(store, resume_hints_are_kept_for_the_latest_checkpoint_only) {
+  test::temp_dir dir;
+  auto st = open_store(dir.file("s.db"));
+  const session_id id = *st->create_session(model, "a", official_geometry);
+  std::vector<std::vector<uint8_t>> hints;
+  uint64_t n = 0;
+  for (uint32_t turn = 0; turn < 4; ++turn) {
+    auto t = make_turn(11, turn, n, 30);
+    hints.push_back(std::vector<uint8_t>(100 + turn, uint8_t(turn + 1)));
+    t.aux.push_back({"hint.selections", hints.back()});
+    ASSERT_TRUE(st->commit_turn(id, t.write()).ok());
+    n += 30;
+    EXPECT_EQ(test::raw_int(st->path(), "SELECT COUNT(*) FROM checkpoint_aux WHERE name='hint.selections'"), 1)
+        << "after turn " << turn;
+    EXPECT_EQ(test::raw_int(st->path(), "SELECT MAX(n_turns) FROM checkpoint_aux WHERE name='hint.selections'"),
+              int64_t(turn) + 1);
+    EXPECT_EQ(test::raw_int(st->path(), "SELECT COUNT(*) FROM checkpoint_aux WHERE name='engram.history'"),
+              int64_t(turn) + 1);
+  }
+  EXPECT_TRUE(st->check_invariants(id).ok()) << st->check_invariants(id).err().message;
+  auto cp = st->load_checkpoint(id);
+  ASSERT_TRUE(cp.ok()) << cp.err().message;
+  ASSERT_EQ(cp->aux.size(), 3u);
+  EXPECT_EQ(cp->aux[2].name, "hint.selections");
+  EXPECT_EQ(cp->aux[2].bytes, hints.back());
+  // an earlier checkpoint: its state, without a hint
+  cp = st->load_checkpoint(id, 60);
+  ASSERT_TRUE(cp.ok()) << cp.err().message;
+  EXPECT_EQ(cp->checkpoint.n_tokens, 60u);
+  ASSERT_EQ(cp->aux.size(), 2u);
+  EXPECT_EQ(cp->aux[0].name, "compressor.pending");
+  EXPECT_TRUE(aux_is_hint("hint.selections"));
+  EXPECT_FALSE(aux_is_hint("engram.history"));
+}
+
 TEST(store, status_follows_the_state_diagram) {
   test::temp_dir dir;
   auto st = open_store(dir.file("s.db"));
