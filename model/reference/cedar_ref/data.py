@@ -33,8 +33,8 @@ What this owns
     list positions, facts the user already gave, greetings). Every train-only random draw sits
     on a train-only code path, so the held-out random stream is unchanged.
   * Train robustness (issue 6, held-out success 41%; train only, each rate a module constant
-    with its reason): 12% of requests lose their verb for a pseudo-word or none
-    (_augment_request, _PSEUDO_VERB_P), more ways to name a note key; the error family adds
+    with its reason): requests that lose their verb for a pseudo-word or none
+    (_augment_request, _PSEUDO_VERB_P: measured harmful, now 0), more ways to name a note key; the error family adds
     more kinds of failure, two failures in a row and no guessed directory names
     (_ERROR_TRAIN_KINDS); config files a graded turn reads have 3-12 lines (_TRAIN_CONFIG_KEYS).
   * render_sample(): the V4.1 prompt text (cedar_ref.chat.encode_messages, chat mode) cut into
@@ -963,7 +963,13 @@ def ttpl(rng, split, key):
 # verb-free form often. Objects carry every field that all of the key's templates carry (the
 # values the target call copies); note keys are introduced with a clear boundary (quoted,
 # "named", "the X note", "the X entry").
-_PSEUDO_VERB_P = 0.12
+# Measured, and off: run 11 (12%) scored 118/300 held-out, run 12 (0%, the same data otherwise,
+# same eval) 140/300, run 13 (run 12's settings, another seed) 113/300 — so the run-to-run spread
+# (~±15 tasks) is as large as the effect; the augmentation showed no gain, and in run 11 the
+# chain family fell (19 vs 34 of 50: the model stopped chaining a second call after reading).
+# The mechanism stays for further ablations; at 0 it still draws r.random() per request, so the
+# train stream is run 12's.
+_PSEUDO_VERB_P = 0.0
 _AUG_FRAMES = ["{V} {O}.", "{V} {O}, please.", "Please {v} {O}.", "Could you {v} {O}?",
                "Can you {v} {O}?", "I need you to {v} {O}.", "Go ahead and {v} {O}.",
                "Next task: {v} {O}.", "When you have a moment, {v} {O}.", "{V} {O} now.",
