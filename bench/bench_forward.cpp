@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "kernels/cpu/ops.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 #include "model/config.hpp"
 #include "model/engine.hpp"
 #include "model/forward.hpp"
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   char host[128] = {0};
   gethostname(host, sizeof host - 1);
   g_machine = std::string(host) + ";cores=" + std::to_string(std::thread::hardware_concurrency()) +
-              ";blas_threads=" + std::to_string(cedar::kernels::gemm_threads());
+              ";threads=" + std::to_string(cedar::kernels::cpu_threads());
   std::printf("commit,machine,config,figure,value,unit\n");
 
   // --- the tiny fixture model (when reachable from the working directory) ---

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "kernels/base/log.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 
 #ifdef CEDAR_HAVE_CUDA
 #include "kernels/cuda/device_probe.cuh"
@@ -32,10 +33,11 @@ void announce_device() {
   std::call_once(once, [] {
     const device_info& d = probe_devices();
     if (d.use_cuda())
-      CEDAR_LOG_INFO("CUDA device found: %s (%d visible); the CPU executor is used until the CUDA backend lands",
-                     d.cuda_name.c_str(), d.cuda_devices);
+      CEDAR_LOG_INFO("CUDA device found: %s (%d visible): decode runs on it with --backend cuda or auto; "
+                     "CPU kernels on %d threads",
+                     d.cuda_name.c_str(), d.cuda_devices, cpu_threads());
     else
-      CEDAR_LOG_INFO("running on the CPU (%s)", d.reason.c_str());
+      CEDAR_LOG_INFO("running on the CPU, %d threads (%s)", cpu_threads(), d.reason.c_str());
   });
 }
 

@@ -1,7 +1,7 @@
 // backend — see backend.hpp. The CPU backend is the runner behind the interface.
 #include "model/backend.hpp"
 
-#include "kernels/cpu/ops.hpp"
+#include "kernels/cpu/qmatmul.hpp"
 
 namespace cedar::model {
 
@@ -12,7 +12,7 @@ class cpu_backend final : public backend {
   explicit cpu_backend(const engine& e) : rn_(e) {}
   backend_kind kind() const override { return backend_kind::cpu; }
   std::string device() const override {
-    return "cpu (OpenBLAS, " + std::to_string(kernels::gemm_threads()) + " threads)";
+    return "cpu (" + std::to_string(kernels::cpu_threads()) + " threads)";
   }
   result<logits_rows> prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) override {
     return rn_.prefill(seq, tokens, opt);

@@ -177,7 +177,9 @@ struct runner::workspace {
   std::vector<float> tmp;
 };
 
-runner::runner(const engine& e) : e_(e), ws_(new workspace) {}
+runner::runner(const engine& e) : e_(e), ws_(new workspace) {
+  kc::cpu_threads();  // start the kernel pool (and set OpenBLAS to one thread) before any GEMM
+}
 runner::~runner() { delete ws_; }
 
 namespace {
@@ -935,8 +937,11 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
     for (int j = 0; j < n_prior; ++j) s.seq->swa_entry(l, prior_lo + j, kvb + (size_t)j * hd);
     std::memcpy(kvb + (size_t)n_prior * hd, kv + (size_t)s.row0 * hd, sizeof(float) * (size_t)s.n * hd);
   }
-  // Rows [r0, r1) on worker w (its own scratch); rows are independent.
-  auto rows = [&](int r0, int r1, int w) {
+  // Rows [r0, r1), heads [h0, h1), on worker w (its own scratch); rows and heads are
+  // independent.
+  auto rows = [&](int r0, int r1, int w, int h0, int h1) {
+    if (h1 < 0) h1 = H;  // -1: every head
+    const int nh = h1 - h0;
     std::vector<float>& kc_buf = ws.kc_w[w];
     std::vector<float>& lg_buf = ws.logit_w[w];
     for (int r = r0; r < r1; ++r) {
@@ -954,13 +959,13 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
       float* kcm = grow(kc_buf, (size_t)std::max(1, nc) * hd);
       for (int j = 0; j < nc; ++j) s.seq->main_entry(src_i, ws.topk[(size_t)r * K + j], kcm + (size_t)j * hd);
       const int ld = nw + nc;
-      float* lg = grow(lg_buf, (size_t)H * ld);
-      const float* qrow = q + (size_t)r * H * hd;
-      kc::gemm_nt_ld(H, nw, hd, qrow, hd, kw, hd, lg, ld, scale, 0.0f);
-      if (nc > 0) kc::gemm_nt_ld(H, nc, hd, qrow, hd, kcm, hd, lg + nw, ld, scale, 0.0f);
-      for (int h = 0; h < H; ++h) {
+      float* lg = grow(lg_buf, (size_t)nh * ld);
+      const float* qrow = q + ((size_t)r * H + h0) * hd;
+      kc::gemm_nt_ld(nh, nw, hd, qrow, hd, kw, hd, lg, ld, scale, 0.0f);
+      if (nc > 0) kc::gemm_nt_ld(nh, nc, hd, qrow, hd, kcm, hd, lg + nw, ld, scale, 0.0f);
+      for (int h = h0; h < h1; ++h) {
         // softmax over [logits, sink]; the sink only enlarges the denominator
-        float* lh = lg + (size_t)h * ld;
+        float* lh = lg + (size_t)(h - h0) * ld;
         const float sink = a.attn_sink[(size_t)h];
         float mx = sink;
         for (int t = 0; t < ld; ++t) mx = std::max(mx, lh[t]);
@@ -972,21 +977,25 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
         const float inv = 1.0f / den;
         for (int t = 0; t < ld; ++t) lh[t] *= inv;
       }
-      float* orow = o + (size_t)r * H * hd;
-      kc::gemm_nn_ld(H, hd, nw, lg, ld, kw, hd, orow, hd, 1.0f, 0.0f);
-      if (nc > 0) kc::gemm_nn_ld(H, hd, nc, lg + nw, ld, kcm, hd, orow, hd, 1.0f, 1.0f);
+      float* orow = o + ((size_t)r * H + h0) * hd;
+      kc::gemm_nn_ld(nh, hd, nw, lg, ld, kw, hd, orow, hd, 1.0f, 0.0f);
+      if (nc > 0) kc::gemm_nn_ld(nh, hd, nc, lg + nw, ld, kcm, hd, orow, hd, 1.0f, 1.0f);
     }
   };
-  // Both cores: split the rows in two when each row's GEMMs are small enough that OpenBLAS
-  // runs them on the calling thread (below its 2^18 multiply-add threading threshold);
-  // larger rows are threaded inside OpenBLAS instead.
-  if (R >= 2 && (int64_t)H * (W + K) * hd < (1 << 18)) {
-    using rows_t = decltype(rows);
-    ws.helper.post([](void* f, int r0, int r1) { (*static_cast<rows_t*>(f))(r0, r1, 1); }, &rows, R / 2, R);
-    rows(0, R / 2, 0);
+  // Both cores (OpenBLAS runs on the calling thread: qmatmul.hpp): rows split in two, or for
+  // one row with enough work (decode at batch 1) its heads; each half dequantises the row's
+  // selected entries itself.
+  using rows_t = decltype(rows);
+  if (R >= 2) {
+    ws.helper.post([](void* f, int r0, int r1) { (*static_cast<rows_t*>(f))(r0, r1, 1, 0, -1); }, &rows, R / 2, R);
+    rows(0, R / 2, 0, 0, H);
+    ws.helper.wait();
+  } else if (R == 1 && H >= 2 && (int64_t)H * (W + K) * hd >= (1 << 16)) {
+    ws.helper.post([](void* f, int h0, int h1) { (*static_cast<rows_t*>(f))(0, 1, 1, h0, h1); }, &rows, H / 2, H);
+    rows(0, 1, 0, 0, H / 2);
     ws.helper.wait();
   } else {
-    rows(0, R, 0);
+    rows(0, R, 0, 0, H);
   }
   for (const segment& s : ws.segs)
     for (int i = std::max(0, s.n - W); i < s.n; ++i)

@@ -8,7 +8,8 @@
 // Conventions: row-major fp32, `n` elements per row, rows contiguous unless a stride is given.
 // Weight matrices are stored as in the checkpoint, W [out, in], and applied as y = x · Wᵀ.
 // Every fast op has a scalar oracle in `ref::` (HOUSE_STYLE 13), tested over a grid of shapes.
-// Threading: gemm uses OpenBLAS's own threads; the rest are single-threaded and reentrant.
+// Threading: everything here runs on the calling thread and is reentrant; OpenBLAS is set to
+// one thread when the kernel pool starts (qmatmul.hpp, cpu_threads), which splits large GEMMs.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ void gemm_nt_ld(int m, int n, int k, const float* a, int lda, const float* b, in
 // C[m, n] = A[m, k] · B[k, n] + beta · C  (B row-major [k, n]).
 void gemm_nn_ld(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
                 int ldc, float alpha, float beta);
-// Number of threads OpenBLAS uses (for the benchmark CSV); set_gemm_threads(n) changes it.
+// Number of threads OpenBLAS uses (1 once the kernel pool runs); set_gemm_threads(n) changes it.
 int gemm_threads();
 void set_gemm_threads(int n);
 

@@ -8,12 +8,16 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <sched.h>
 
 #include "kernels/cpu/ops.hpp"
 #include "kernels/cpu/quant.hpp"
@@ -167,7 +171,7 @@ void dequant_row(const qmatrix& w, int64_t r, float* out) {
 }
 
 // ============================================================================================
-// Worker pool: (gemm_threads() − 1) persistent helpers; run() splits work into parts.
+// Worker pool: (cpu_threads() − 1) persistent helpers; run() splits work into parts.
 // A decode step makes ~100 short calls, so helpers spin for a while (≈100 µs, yielding, like
 // OpenBLAS's own threads) before sleeping on the condition variable. Part p ≥ 1 belongs to
 // helper p, but whoever claims it first runs it: the caller, done with part 0, takes every
@@ -175,6 +179,18 @@ void dequant_row(const qmatrix& w, int64_t r, float* out) {
 // stalls a call. A claim is the run's generation CAS'd into claim_[p]; a helper that read a
 // run's parameters claims only that run, so it never mixes two runs' parameters.
 // ============================================================================================
+// CEDAR_THREADS when set (1..16), else the CPUs this process may run on (its affinity mask).
+int configured_threads() {
+  int n = 0;
+  if (const char* e = std::getenv("CEDAR_THREADS"); e && *e) n = std::atoi(e);
+  if (n <= 0) {
+    cpu_set_t set;
+    n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n <= 0) n = (int)std::thread::hardware_concurrency();
+  }
+  return std::clamp(n, 1, 16);
+}
+
 class worker_pool {
  public:
   static worker_pool& get() {
@@ -184,8 +200,9 @@ class worker_pool {
   int parts() const { return (int)helpers_.size() + 1; }
   // fn(ctx, part, n_parts) for every part in [0, n_parts); the caller runs part 0 (and any
   // part not yet started). When another thread holds the pool, everything runs here.
+  // More parts than threads is allowed (up to 16): the caller runs the ones no helper owns.
   void run(void (*fn)(void*, int, int), void* ctx, int n_parts) {
-    n_parts = std::min(n_parts, parts());
+    n_parts = std::min(n_parts, 16);
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (n_parts <= 1 || !busy.owns_lock()) {
       fn(ctx, 0, 1);
@@ -225,7 +242,11 @@ class worker_pool {
  private:
   worker_pool() : claim_(new std::atomic<uint64_t>[16]) {
     for (int i = 0; i < 16; ++i) claim_[i].store(0);
-    const int n = std::clamp(gemm_threads(), 1, 16) - 1;
+    // OpenBLAS runs on the calling thread from here on: its own spinning workers would compete
+    // with these for the same cores (measured on 2 cores: replay 24.2 -> 21.1 ms); the pool
+    // splits every large GEMM instead (gemm_part).
+    set_gemm_threads(1);
+    const int n = configured_threads() - 1;
     for (int i = 0; i < n; ++i) helpers_.emplace_back([this, i] { loop(i + 1); });
   }
   // Claims part p of run g; false if someone already has.
@@ -378,19 +399,54 @@ void small_part(void* vjob, int part, int n_parts) {
 
 
 // ============================================================================================
-// Large-m schedule: dequantise a tile of weight rows, OpenBLAS sgemm over it.
+// Large-m schedule (and every f32 weight): the weight rows (output columns) are cut into tiles
+// whose size depends only on the matrix (never on the thread count), each part takes a
+// contiguous run of tiles and runs a single-threaded OpenBLAS sgemm per tile (a quantised tile
+// dequantised first into the part's own scratch). Every output element is computed by the same
+// call, of the same shape, whatever the number of threads: results are bit-identical on any
+// machine (a session resumed elsewhere replays the same logits).
 // ============================================================================================
-struct tile_job {
+struct gemm_job {
+  int m;
+  const float* a;
+  int lda;
   const qmatrix* w;
-  int64_t r0, n;
-  float* tile;
+  float* c;
+  int ldc;
+  float alpha, beta;
 };
 
-void tile_part(void* vjob, int part, int n_parts) {
-  const tile_job& j = *static_cast<const tile_job*>(vjob);
-  int64_t lo, hi;
-  share(j.n, part, n_parts, 1, lo, hi);
-  if (hi > lo) dequant_rows(*j.w, j.r0 + lo, hi - lo, j.tile + (size_t)lo * (size_t)j.w->cols);
+std::vector<float>& tile_scratch();
+
+// Rows per tile: 256 for f32 (no scratch; bigger calls amortise OpenBLAS's packing of the
+// activations), else ≤ 512 KB of fp32 (L2-sized), at least 32 rows; multiples of 16.
+int64_t tile_rows(const qmatrix& w) {
+  if (w.format == weight_format::f32) return 256;
+  return std::max<int64_t>(32, (131072 / std::max<int64_t>(1, w.cols)) / 16 * 16);
+}
+
+void gemm_part(void* vjob, int part, int n_parts) {
+  const gemm_job& j = *static_cast<const gemm_job*>(vjob);
+  const qmatrix& w = *j.w;
+  const int64_t k = w.cols, nb = tile_rows(w), tiles = (w.rows + nb - 1) / nb;
+  int64_t t0, t1;
+  share(tiles, part, n_parts, 1, t0, t1);
+  std::vector<float>* buf = nullptr;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t r0 = t * nb, n = std::min(nb, w.rows - r0);
+    const float* b;
+    if (w.format == weight_format::f32) {
+      b = w.f32_row(r0);
+    } else {
+      if (!buf) {
+        buf = &tile_scratch();
+        if (buf->size() < (size_t)(nb * k)) buf->resize((size_t)(nb * k));
+      }
+      dequant_rows(w, r0, n, buf->data());
+      b = buf->data();
+    }
+    gemm_nt_ld(j.m, (int)n, (int)k, j.a, j.lda, b, (int)k, j.c + r0, j.ldc, j.alpha, j.beta);
+  }
 }
 
 std::vector<float>& tile_scratch() {
@@ -405,31 +461,25 @@ void dequant_rows(const qmatrix& w, int64_t r0, int64_t n, float* out) {
 }
 
 void qgemm_nt(int m, const float* a, int lda, const qmatrix& w, float* c, int ldc, float alpha, float beta) {
+  detail::qgemm_nt_split(worker_pool::get().parts(), m, a, lda, w, c, ldc, alpha, beta);
+}
+
+void detail::qgemm_nt_split(int max_parts, int m, const float* a, int lda, const qmatrix& w, float* c, int ldc,
+                            float alpha, float beta) {
   if (m <= 0 || w.rows <= 0) return;
-  if (w.format == weight_format::f32) {
-    gemm_nt_ld(m, (int)w.rows, (int)w.cols, a, lda, w.f32_row(0), (int)w.cols, c, ldc, alpha, beta);
-    return;
-  }
   worker_pool& pool = worker_pool::get();
-  if (m <= k_qgemm_small_m) {
+  // Below ~32K multiply-adds a second thread costs more than it saves.
+  const int parts = (int64_t)w.rows * w.cols * std::min(m, 8) >= (1 << 15) ? std::clamp(max_parts, 1, 16) : 1;
+  if (m <= k_qgemm_small_m && w.format != weight_format::f32) {
     small_job j{m, a, lda, &w, c, ldc, alpha, beta};
-    // Below ~32K weights a second thread costs more than it saves.
-    const int parts = w.rows * w.cols >= (1 << 15) ? pool.parts() : 1;
     pool.run(small_part, &j, parts);
     return;
   }
-  // Tile of ≤ 512 KB fp32 (L2-sized), at least 32 rows.
-  const int64_t k = w.cols;
-  const int64_t nb = std::min<int64_t>(w.rows, std::max<int64_t>(32, (131072 / std::max<int64_t>(1, k)) / 16 * 16));
-  std::vector<float>& buf = tile_scratch();
-  if (buf.size() < (size_t)(nb * k)) buf.resize((size_t)(nb * k));
-  for (int64_t r0 = 0; r0 < w.rows; r0 += nb) {
-    const int64_t n = std::min(nb, w.rows - r0);
-    tile_job j{&w, r0, n, buf.data()};
-    pool.run(tile_part, &j, n * k >= (1 << 15) ? pool.parts() : 1);
-    gemm_nt_ld(m, (int)n, (int)k, a, lda, buf.data(), (int)k, c + r0, ldc, alpha, beta);
-  }
+  gemm_job j{m, a, lda, &w, c, ldc, alpha, beta};
+  pool.run(gemm_part, &j, std::min<int64_t>(parts, (w.rows + tile_rows(w) - 1) / tile_rows(w)));
 }
+
+int cpu_threads() { return worker_pool::get().parts(); }
 
 // ============================================================================================
 // Encoders

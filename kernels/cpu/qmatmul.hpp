@@ -26,12 +26,14 @@
 //                          m activation rows (16-lane fp32 accumulators); rows split over the
 //                          kernel worker threads. This is decode: weight bytes dominate, so
 //                          reading bf16/fp8/fp4 instead of fp32 is what makes it faster;
-//   m >  k_qgemm_small_m -> dequantise a tile of weight rows (≤ 512 KB fp32) and hand it to
-//                          OpenBLAS sgemm; each tile is reused across all m rows (prefill).
+//   m >  k_qgemm_small_m -> each worker dequantises tiles of its share of the weight rows
+//   (or any f32)            (≤ 512 KB fp32) and runs a single-threaded OpenBLAS sgemm over
+//                          them; each tile is reused across all m rows (prefill).
 // Results equal the fp32 GEMM of the dequantised weight up to fp32 accumulation order.
-// Threading: one process-wide pool of (gemm_threads() − 1) helpers; concurrent callers that
-// find it busy run single-threaded. Scratch is thread_local and grown once (decode steps do
-// not allocate once warm).
+// Threading: one process-wide pool of (cpu_threads() − 1) helpers; concurrent callers that
+// find it busy run single-threaded. Starting the pool sets OpenBLAS to one thread (its own
+// spinning workers would compete with the pool for the cores). Scratch is thread_local and
+// grown once (decode steps do not allocate once warm).
 #pragma once
 
 #include <cstddef>
@@ -83,6 +85,18 @@ void qgemm_nt(int m, const float* a, int lda, const qmatrix& w, float* c, int ld
 inline void qgemm_nt(int m, const float* a, const qmatrix& w, float* c) {
   qgemm_nt(m, a, (int)w.cols, w, c, (int)w.rows, 1.0f, 0.0f);
 }
+
+namespace detail {
+// qgemm_nt cut into at most `max_parts` parts (1..16; more parts than threads run on the
+// caller). Results do not depend on max_parts (tests check it: a session replays the same
+// logits on a machine with another core count).
+void qgemm_nt_split(int max_parts, int m, const float* a, int lda, const qmatrix& w, float* c, int ldc,
+                    float alpha, float beta);
+}  // namespace detail
+
+// Threads the CPU kernels use (starts the pool): CEDAR_THREADS (1..16) when set, else the CPUs
+// of the process's affinity mask, at most 16.
+int cpu_threads();
 
 // Activation-row count up to which qgemm_nt uses the row-dot (decode) schedule.
 constexpr int k_qgemm_small_m = 8;
