@@ -46,6 +46,9 @@ class backend {
   virtual status decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
                              std::vector<float>& logits) = 0;
   virtual result<logits_rows> replay(sequence& seq, int n) = 0;
+  // Device time of the last decode_step in ms (CUDA: events around the step's upload, kernels
+  // and download, so wall time minus this is host work); -1 where not measured (CPU).
+  virtual double last_step_device_ms() const { return -1.0; }
 };
 
 // Why the cuda backend cannot run here ("" when it can): built without CUDA, no device, or a

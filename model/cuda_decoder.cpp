@@ -190,6 +190,8 @@ class cuda_backend final : public backend {
     weights_.clear();
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
     if (pinned_) cudaFreeHost(pinned_);
+    for (cudaEvent_t ev : events_)
+      if (ev) cudaEventDestroy(ev);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -203,6 +205,7 @@ class cuda_backend final : public backend {
   result<logits_rows> replay(sequence& seq, int n) override { return cpu_.replay(seq, n); }
   status decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
                      std::vector<float>& logits) override;
+  double last_step_device_ms() const override { return last_device_ms_; }
 
  private:
   // weights
@@ -246,6 +249,8 @@ class cuda_backend final : public backend {
   std::vector<uintptr_t> graph_key_, warm_key_;
   cudaGraphExec_t graph_exec_ = nullptr;
   uint64_t graph_launches_ = 0;
+  cudaEvent_t events_[2] = {nullptr, nullptr};  // around a step's device work
+  double last_device_ms_ = -1.0;
 };
 
 result<const void*> cuda_backend::upload(const void* host, size_t bytes) {
@@ -383,6 +388,7 @@ status cuda_backend::init() {
   device_name_ = p.name;
   CEDAR_CU(cudaSetDevice(0), "cuda backend: select device 0");
   CEDAR_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend: stream");
+  for (cudaEvent_t& ev : events_) CEDAR_CU(cudaEventCreate(&ev), "cuda backend: event");
   const model_config& c = e_.config();
   if (c.hc_mult > kcu::k_hc_max)
     return make_error(errc::mismatch, "cuda backend: hc_mult " + std::to_string(c.hc_mult) + " exceeds " +
@@ -957,6 +963,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   for (int l = 0; l < L; ++l) key.push_back((uintptr_t)ecap[(size_t)l]);
   for (auto& [name, m] : scratch_) key.push_back((uintptr_t)m.p);
   const bool graphs = graphs_ && !trace_;
+  CEDAR_CU(cudaEventRecord(events_[0], stream_), "cuda backend: event");  // before any capture
   if (graphs && graph_exec_ && key == graph_key_) {
     CEDAR_CU(cudaGraphLaunch(graph_exec_, stream_), "cuda backend: graph launch");
     ++graph_launches_;
@@ -982,7 +989,10 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     CEDAR_TRY(enqueue());
     warm_key_ = key;
   }
+  CEDAR_CU(cudaEventRecord(events_[1], stream_), "cuda backend: event");
   CEDAR_CU(cudaStreamSynchronize(stream_), "cuda backend: step");
+  float dev_ms = -1.0f;
+  last_device_ms_ = cudaEventElapsedTime(&dev_ms, events_[0], events_[1]) == cudaSuccess ? dev_ms : -1.0;
   logits.resize((size_t)B * V);
   std::memcpy(logits.data(), pinned_, lg_bytes);
 
