@@ -666,8 +666,11 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   float* qi = ws<float>("qi", (size_t)B * Hi * Di);
   float* wts = ws<float>("wts", (size_t)B * Hi);
   int32_t* topk_ids = ws<int32_t>("topk", (size_t)B * K);
-  int* topk_n = ws<int>("topk_n", (size_t)B);
-  int* zeros = ws<int>("zeros", (size_t)B);
+  // zeroed by one memset at the start of every step: topk_n [B] and the mHC sites' row
+  // counters [B] (hc_mix_collapse's fused hc_post; each site leaves them zero again)
+  int* zeroed = ws<int>("zeroed", 2 * (size_t)B);
+  int* topk_n = zeroed;
+  unsigned* site_done = zeroed ? reinterpret_cast<unsigned*>(zeroed + B) : nullptr;
   float* h = ws<float>("h", (size_t)B * 2 * F);
   float* act = ws<float>("act", (size_t)B * F);
   float* gl = ws<float>("gate_logits", (size_t)B * std::max(1, E));
@@ -696,7 +699,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   uint8_t* allowed = ws<uint8_t>("allowed", (size_t)B * nbmax);
   for (void* pp : {(void*)X, (void*)partial, (void*)xinv, (void*)pre, (void*)apre, (void*)post, (void*)comb, (void*)x,
                    (void*)y, (void*)qr, (void*)q, (void*)kvr, (void*)o, (void*)oa, (void*)ckv, (void*)cgate,
-                   (void*)latent, (void*)keys, (void*)qi, (void*)wts, (void*)topk_ids, (void*)topk_n, (void*)zeros,
+                   (void*)latent, (void*)keys, (void*)qi, (void*)wts, (void*)topk_ids, (void*)zeroed,
                    (void*)h, (void*)act, (void*)gl, (void*)sel, (void*)selw, (void*)h2, (void*)act2, (void*)ye,
                    (void*)emb, (void*)ekv, (void*)lg, (void*)score, (void*)bscore, (void*)bids, (void*)bn,
                    (void*)allowed})
@@ -744,20 +747,20 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     kcu::hc_mix_params mp;
     mp.R = B, mp.hc = hc, mp.d = d, mp.X = X, mp.fn = fn, mp.pre = collapse_pre, mp.partial = partial, mp.v = x;
     if (expand_y) mp.y = expand_y, mp.post = post, mp.comb = comb;
-    CEDAR_TRY(kcu::hc_mix_collapse(mp, stream_));
-    kcu::hc_post_params hp;
+    // the mixes (hc_post's partial form) in the same launch: the last block of each row reduces
+    kcu::hc_post_params& hp = mp.site;
     hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
-    hp.partial = partial, hp.nblk = kcu::hc_mix_blocks(d), hp.ncols = hc * d, hp.norm_eps = eps;
+    hp.norm_eps = eps;
     hp.x_inv = xinv, hp.x_cols = d, hp.x_eps = eps;
     hp.base = base, hp.scale = scale, hp.pre = new_pre, hp.post = post, hp.comb = comb;
-    return kcu::hc_post(hp, stream_);
+    mp.done = site_done;
+    return kcu::hc_mix_collapse(mp, stream_);
   };
 
   auto enqueue = [&]() -> status {
     // ---- embedding: hc copies; the first block collapses with pre = e0 ----------------------
     CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
-    CEDAR_CU(cudaMemsetAsync(zeros, 0, sizeof(int) * (size_t)B, stream_), "cuda backend: memset");
-    CEDAR_CU(cudaMemsetAsync(topk_n, 0, sizeof(int) * (size_t)B, stream_), "cuda backend: memset");
+    CEDAR_CU(cudaMemsetAsync(zeroed, 0, sizeof(int) * 2 * (size_t)B, stream_), "cuda backend: memset");
     CEDAR_TRY(kcu::embed_rows(embed_, d_tok, B, hc, X, stream_));
     CEDAR_CU(cudaMemcpyAsync(pre, at(o_e0), sizeof(float) * (size_t)B * hc, cudaMemcpyDeviceToDevice, stream_),
              "cuda backend: pre");
@@ -798,6 +801,9 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         if (indexed) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv);
         CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
+      // the cache entries of this step: norm, RoPE and encoding jobs, launched together below
+      kcu::norm_rope_pack_params packs[kcu::k_norm_rope_pack_max];
+      int npacks = 0;
       if (ha.has_compressor) {
         const int si = seqs[0]->source_of_layer(l);
         const size_t k0 = (size_t)si * B;
@@ -809,45 +815,45 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         cp.n_pending = (const int*)at(o_npend) + k0;
         cp.latent = latent;
         CEDAR_TRY(kcu::compressor_step(cp, stream_));
-        CEDAR_TRY(gemv(b.i_wk, latent, hd, keys, Di));
         const float* ce = (const float*)at(o_cose) + k0 * np;
         const float* se = (const float*)at(o_sine) + k0 * np;
-        // index key: norm, RoPE, FP4 index entry; latent: RoPE, FP4 main entry (rows that do
-        // not complete a group have null destinations and are skipped)
-        kcu::norm_rope_pack_params kp;
+        // index key (i_wk · latent, below): norm, RoPE, FP4 index entry; latent: RoPE, FP4 main
+        // entry (rows that do not complete a group have null destinations and are skipped)
+        kcu::norm_rope_pack_params& kp = packs[npacks++];
         kp.R = B, kp.n = Di, kp.x = keys, kp.norm_w = b.i_knorm, kp.eps = eps, kp.cos = ce, kp.sin = se, kp.np = np;
         kp.kind = kcu::pack_kind::fp4_index, kp.dst = (uint8_t* const*)at(o_didx) + k0;
-        CEDAR_TRY(kcu::norm_rope_pack(kp, stream_));
-        kcu::norm_rope_pack_params lp;
+        kcu::norm_rope_pack_params& lp = packs[npacks++];
         lp.R = B, lp.n = hd, lp.x = latent, lp.cos = ce, lp.sin = se, lp.np = np;
         lp.kind = kcu::pack_kind::fp4_kv, lp.dst = (uint8_t* const*)at(o_dmain) + k0;
-        CEDAR_TRY(kcu::norm_rope_pack(lp, stream_));
       }
       // --- attention ---
       const float* rc = li.ratio > 0 ? d_cosc : d_cosm;
       const float* rs = li.ratio > 0 ? d_sinc : d_sinm;
-      {  // the projections of the q latent, normalised on the fly: q heads, indexer queries
-        kcu::qgemv_params it[2];
+      {  // the projections of the q latent, normalised on the fly: q heads, indexer queries; and
+         // the compressor's index key from the new latent
+        kcu::qgemv_params it[3];
         int n = 0;
         it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd, b.q_norm);
         if (indexed) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di, b.q_norm);
+        if (ha.has_compressor) it[n++] = gemv_item(b.i_wk, latent, hd, keys, Di);
         CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       {  // this token's SWA entry: norm, RoPE, FP8 into its ring slot (q's RoPE is applied by
          // the attention kernel as it reads q)
-        kcu::norm_rope_pack_params kp;
+        kcu::norm_rope_pack_params& kp = packs[npacks++];
         kp.R = B, kp.n = hd, kp.x = kvr, kp.norm_w = b.kv_norm, kp.eps = eps, kp.cos = rc, kp.sin = rs, kp.np = np;
         kp.kind = kcu::pack_kind::fp8_swa, kp.dst = (uint8_t* const*)at(o_rdst) + (size_t)l * B;
-        CEDAR_TRY(kcu::norm_rope_pack(kp, stream_));
       }
+      if (indexed) {  // indexer queries: RoPE, then their FP4 round trip
+        kcu::norm_rope_pack_params& qp = packs[npacks++];
+        qp.R = B * Hi, qp.nvec = Hi, qp.n = Di, qp.x = qi, qp.cos = d_cosc, qp.sin = d_sinc, qp.np = np;
+        qp.kind = kcu::pack_kind::fp4_index_fake, qp.write_back = true;
+      }
+      CEDAR_TRY(kcu::norm_rope_pack_many(packs, npacks, stream_));
       int src = -1;
       if (li.ratio > 0) src = seqs[0]->source_of_layer(li.kv_source);
       if (indexed) {
         const int Ev = ecap[(size_t)l];
-        kcu::norm_rope_pack_params qp;  // queries: RoPE, then their FP4 round trip
-        qp.R = B * Hi, qp.nvec = Hi, qp.n = Di, qp.x = qi, qp.cos = d_cosc, qp.sin = d_sinc, qp.np = np;
-        qp.kind = kcu::pack_kind::fp4_index_fake, qp.write_back = true;
-        CEDAR_TRY(kcu::norm_rope_pack(qp, stream_));
         kcu::index_scores_params ip;
         ip.R = B, ip.E = Ev, ip.Hi = Hi, ip.Di = Di, ip.sscale = 1.0f / std::sqrt((float)Di);
         ip.wscale = 1.0f / std::sqrt((float)Hi);

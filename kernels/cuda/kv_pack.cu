@@ -5,6 +5,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/kv_pack.cuh"
 
+#include <algorithm>
 #include <string>
 
 namespace cedar::kernels::cuda {
@@ -123,18 +124,19 @@ __global__ void fp4_index_fake_kernel(float* x, int n) {
   }
 }
 
-// norm -> RoPE -> encode of one vector per block, a thread per channel (blockDim = n ≤ 1024):
-// what rms_norm, rope_rows and a separate encoder would give, in one launch.
-__global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_params p) {
-  pdl_entry();
+// norm -> RoPE -> encode of vector rr of p per block, a thread per channel (blockDim ≥ n, a
+// multiple of 32; warps past n take part in the block's barriers only): what rms_norm,
+// rope_rows and a separate encoder would give, in one launch.
+__device__ __forceinline__ void norm_rope_pack_row(const norm_rope_pack_params& p, int rr) {
   __shared__ float part[32];
-  const int rr = blockIdx.x, row = rr / p.nvec, c = threadIdx.x, lane = c & 31, n = p.n;
+  const int row = rr / p.nvec, c = threadIdx.x, lane = c & 31, n = p.n;
+  const bool active = c < n;  // whole warps (n % 32 == 0)
   float* xr = p.x + (size_t)rr * n;
-  float v = xr[c];
+  float v = active ? xr[c] : 0.0f;
   if (p.norm_w) {
     float ss = v * v;
     for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) part[c >> 5] = ss;
+    if (lane == 0 && active) part[c >> 5] = ss;
     __syncthreads();
     if (c < 32) {
       float t = c < (n >> 5) ? part[c] : 0.0f;
@@ -142,8 +144,9 @@ __global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_par
       if (c == 0) part[0] = t;
     }
     __syncthreads();
-    v = v * rsqrtf(part[0] / (float)n + p.eps) * p.norm_w[c];
+    if (active) v = v * rsqrtf(part[0] / (float)n + p.eps) * p.norm_w[c];
   }
+  if (!active) return;
   if (p.np > 0) {  // pairs (2i, 2i+1) of the last 2·np channels (an even start: lanes c, c ^ 1)
     const float other = __shfl_xor_sync(0xffffffffu, v, 1);
     const int k = c - (n - 2 * p.np);
@@ -173,6 +176,24 @@ __global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_par
   if (p.write_back) xr[c] = v;
 }
 
+__global__ void __launch_bounds__(1024) norm_rope_pack_kernel(norm_rope_pack_params p) {
+  pdl_entry();
+  norm_rope_pack_row(p, blockIdx.x);
+}
+
+// Several independent jobs in one launch: block b belongs to the job whose range of rows holds it.
+struct norm_rope_pack_group {
+  int n = 0;
+  norm_rope_pack_params job[k_norm_rope_pack_max];
+  int start[k_norm_rope_pack_max + 1] = {};
+};
+
+__global__ void __launch_bounds__(1024) norm_rope_pack_group_kernel(norm_rope_pack_group g) {
+  pdl_entry();
+  int j = 0;
+  while (j + 1 < g.n && (int)blockIdx.x >= g.start[j + 1]) ++j;
+  norm_rope_pack_row(g.job[j], (int)blockIdx.x - g.start[j]);
+}
 
 status check(const char* op, int R, int n, int block, const void* a, const void* b) {
   if (R <= 0 || n <= 0 || n % block != 0 || !a || !b)
@@ -204,7 +225,8 @@ status fp4_index_fake_quant(float* x, int rows, int n, cudaStream_t stream) {
   return {};
 }
 
-status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream) {
+namespace {
+status check_job(const norm_rope_pack_params& p) {
   auto bad = [](const std::string& what) { return make_error(errc::invalid_argument, "norm_rope_pack: " + what); };
   if (p.R <= 0 || p.nvec <= 0 || p.R % p.nvec != 0) return bad("rows must be a positive multiple of nvec");
   if (p.n <= 0 || p.n % 32 != 0 || p.n > 1024) return bad("n " + std::to_string(p.n) + " must be a multiple of 32, at most 1024");
@@ -212,8 +234,35 @@ status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream) {
   if (p.np < 0 || 2 * p.np > p.n || (p.np > 0 && (!p.cos || !p.sin))) return bad("bad RoPE pairs or null cos/sin");
   const bool packs = p.kind == pack_kind::fp8_swa || p.kind == pack_kind::fp4_kv || p.kind == pack_kind::fp4_index;
   if (packs && (!p.dst || p.nvec != 1)) return bad("an encoder needs dst and one vector per row");
+  return {};
+}
+}  // namespace
+
+status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream) {
+  CEDAR_TRY(check_job(p));
   launch_kernel(norm_rope_pack_kernel, (unsigned)p.R, (unsigned)p.n, 0, stream, p);
   CEDAR_CUDA_LAUNCHED("norm_rope_pack");
+  return {};
+}
+
+status norm_rope_pack_many(const norm_rope_pack_params* jobs, int n, cudaStream_t stream) {
+  if (n <= 0 || n > k_norm_rope_pack_max || !jobs)
+    return make_error(errc::invalid_argument, "norm_rope_pack_many: 1.." + std::to_string(k_norm_rope_pack_max) +
+                                                  " jobs (got " + std::to_string(n) + ")");
+  if (n == 1) return norm_rope_pack(jobs[0], stream);
+  norm_rope_pack_group g;
+  g.n = n;
+  int threads = 32, blocks = 0;
+  for (int j = 0; j < n; ++j) {
+    CEDAR_TRY(check_job(jobs[j]));
+    g.job[j] = jobs[j];
+    g.start[j] = blocks;
+    blocks += jobs[j].R;
+    threads = std::max(threads, jobs[j].n);
+  }
+  g.start[n] = blocks;
+  launch_kernel(norm_rope_pack_group_kernel, (unsigned)blocks, (unsigned)threads, 0, stream, g);
+  CEDAR_CUDA_LAUNCHED("norm_rope_pack_many");
   return {};
 }
 

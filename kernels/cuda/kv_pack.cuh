@@ -50,4 +50,9 @@ struct norm_rope_pack_params {
 };
 status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream);
 
+// Up to k_norm_rope_pack_max independent jobs (no job reads what another writes) in one
+// launch: the same values as one norm_rope_pack per job.
+constexpr int k_norm_rope_pack_max = 4;
+status norm_rope_pack_many(const norm_rope_pack_params* jobs, int n, cudaStream_t stream);
+
 }  // namespace cedar::kernels::cuda

@@ -14,7 +14,9 @@
 //      transitive) and never overwrites what a running predecessor still reads;
 //   2. it is launched through launch_kernel, which sets the PDL attribute (unless turned off:
 //      CEDAR_CUDA_PDL=0, or set_pdl(false)).
-// tests/check_pdl_entry.py checks (1) for every kernel in CI. On a GPU without PDL the
+//   The one exception: pdl_prefetch_entry(f) runs f before the wait, and f may only ask L2 for
+//   data no kernel of the step writes (weights: l2_prefetch); it reads nothing into registers.
+// tests/cuda_source/check_pdl_entry.py checks (1) for every kernel in CI. On a GPU without PDL the
 // attribute and the instructions are no-ops.
 #pragma once
 
@@ -29,6 +31,33 @@ __device__ __forceinline__ void pdl_entry() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// L2 prefetch of [p, p + bytes) by the calling block's threads, one 128-byte line per
+// instruction (a hint: no values are read, nothing waits for it).
+__device__ __forceinline__ void l2_prefetch(const void* p, size_t bytes) {
+#if defined(__CUDA_ARCH__)
+  const char* b = static_cast<const char*>(p);
+  for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(b + off));
+#endif
+}
+
+// L2 prefetch of the 128-byte line holding p (by the calling thread alone).
+__device__ __forceinline__ void l2_prefetch_line(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+// pdl_entry() after `prefetch()`, which may only issue L2 prefetches of data that no kernel of
+// the step writes (the weights): they stream while the previous kernel is still running.
+template <class F>
+__device__ __forceinline__ void pdl_prefetch_entry(F&& prefetch) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  prefetch();
+#endif
+  pdl_entry();
 }
 
 // Whether launches carry the PDL attribute: CEDAR_CUDA_PDL=0 in the environment turns it off

@@ -116,26 +116,30 @@ __global__ void __launch_bounds__(32 * k_post_warps) hc_post_warp_kernel(hc_post
   post_warp<HC>(p, r, p.mixes + (size_t)r * (2 + p.hc) * p.hc, threadIdx.x & 31);
 }
 
-// From hc_mix_collapse's partials [nblk, mix + 2]: one block per row sums each value over the
-// channel blocks (fixed order: part t of the block's threads takes blocks t, t + parts, ...,
-// then the parts in order), scales the mixes by the flat RMSNorm factor of the streams, leaves
-// the collapsed row's RMSNorm factor in x_inv, then runs the warp or serial form on the mixes
-// from shared memory.
+// From hc_mix_collapse's partials [nblk, mix + 2]: the block of row r sums each value over the
+// channel blocks (fixed order: part t takes blocks t, t + parts, ..., then the parts in order;
+// parts depends only on the mix count, so the separate and the fused form give the same bits),
+// scales the mixes by the flat RMSNorm factor of the streams, leaves the collapsed row's
+// RMSNorm factor in x_inv, then runs the warp or serial form on the mixes from shared memory.
+// `sm` holds reduce_smem_floats(nv) floats; every thread of the block (≥ 32) calls it. The
+// partials are read through L2 (__ldcg): in the fused form other blocks wrote them.
 constexpr int k_reduce_threads = 256;
+constexpr int k_reduce_width = 128;  // parts · nv ≤ this (at least one part)
+
+__host__ __device__ constexpr int reduce_parts(int nv) { return nv >= k_reduce_width ? 1 : k_reduce_width / nv; }
+__host__ __device__ constexpr int reduce_smem_floats(int nv) { return (reduce_parts(nv) + 1) * nv; }
 
 template <int HC>
-__global__ void __launch_bounds__(k_reduce_threads) hc_post_reduce_kernel(hc_post_params p) {
-  pdl_entry();
-  extern __shared__ float sm[];  // [parts, nv] partial sums, then [nv] totals
-  const int r = blockIdx.x, hc = HC > 0 ? HC : p.hc, mix = (2 + hc) * hc, nv = mix + 2;
-  const int parts = max(1, (int)blockDim.x / nv);
+__device__ void post_reduce_row(const hc_post_params& p, int r, float* sm) {
+  const int hc = HC > 0 ? HC : p.hc, mix = (2 + hc) * hc, nv = mix + 2;
+  const int parts = reduce_parts(nv);
   float* tot = sm + (size_t)parts * nv;
   const float* pr = p.partial + (size_t)r * p.nblk * nv;
   for (int t = threadIdx.x; t < parts * nv; t += blockDim.x) {
     const int part = t / nv, v = t - part * nv;
     float s = 0.0f;
 #pragma unroll 8
-    for (int b = part; b < p.nblk; b += parts) s += pr[(size_t)b * nv + v];
+    for (int b = part; b < p.nblk; b += parts) s += __ldcg(pr + (size_t)b * nv + v);
     sm[t] = s;
   }
   __syncthreads();
@@ -156,6 +160,30 @@ __global__ void __launch_bounds__(k_reduce_threads) hc_post_reduce_kernel(hc_pos
   }
 }
 
+template <int HC>
+__global__ void __launch_bounds__(k_reduce_threads) hc_post_reduce_kernel(hc_post_params p) {
+  pdl_entry();
+  extern __shared__ float sm[];  // reduce_smem_floats(nv)
+  post_reduce_row<HC>(p, blockIdx.x, sm);
+}
+
+// The transposing butterfly of hc_mix_collapse, level O (then O/2, ..., 1): a lane keeps the
+// half of its O·2 values its bit O selects and adds the partner's copy of them; after the
+// levels 16..1 lane l holds value l's warp sum. A template per level so that every index into
+// t[] is a constant (a loop over levels left t[] on the stack).
+template <int O>
+__device__ __forceinline__ void butterfly_sum(float (&t)[32], int lane) {
+  const bool upper = (lane & O) != 0;
+#pragma unroll
+  for (int q = 0; q < O; ++q) {  // selects on values, not on addresses into t[]
+    const float lo = t[q], hi = t[q + O];
+    const float send = upper ? lo : hi;
+    const float keep = upper ? hi : lo;
+    t[q] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+  }
+  if constexpr (O > 1) butterfly_sum<O / 2>(t, lane);
+}
+
 // grid (channel blocks of 32, R), hc warps: warp k, lane l holds X[r, k, 32·blk + l]. Partials
 // of the block: the hc_fn dot products over its hc·32 flat columns, the sum of their squares,
 // and the sum of squares of the collapse Σ_k pre[r, k] · X[r, k, i] of its 32 channels (also
@@ -163,7 +191,14 @@ __global__ void __launch_bounds__(k_reduce_threads) hc_post_reduce_kernel(hc_pos
 // unrolled: a chain of one load and one reduction per mix would cost a load latency each).
 template <int HC>
 __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_params p) {
-  pdl_entry();
+  pdl_prefetch_entry([&] {  // lane m < mix of warp k: row m's 32 columns of this block (bf16/f32)
+    const int lane = threadIdx.x & 31, k = threadIdx.x >> 5, hc = HC > 0 ? HC : p.hc;
+    const int64_t col = (int64_t)k * p.d + (int64_t)blockIdx.x * 32;
+    const int esz = p.fn.format == weight_format::f32 ? 4 : p.fn.format == weight_format::bf16 ? 2 : 0;
+    if (esz && blockIdx.y == 0)
+      for (int m = lane; m < (2 + hc) * hc; m += 32)
+        l2_prefetch_line(static_cast<const char*>(p.fn.data) + ((p.fn.row0 + m) * p.fn.cols + col) * esz);
+  });
   constexpr int MIXC = HC > 0 ? (2 + HC) * HC : 8;  // mix weights per register batch
   __shared__ float xs[k_hc_max][32];
   extern __shared__ float red[];  // [hc, mix + 1] per-warp sums
@@ -192,32 +227,30 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
     constexpr int MIX = (2 + HC) * HC;
     float t[32];
     const int64_t base = (p.fn.row0 * p.fn.cols) + col, stride = p.fn.cols;
+    // the format dispatch outside the unrolled loads (inside, every load carried the generic
+    // qmatrix_at path and t[] ended up on the stack)
+    float w[MIX];
+    if (!valid) {
 #pragma unroll
-    for (int m = 0; m < MIX; ++m) {
-      float w = 0.0f;
-      if (valid) {
-        if (p.fn.format == weight_format::bf16)
-          w = __uint_as_float((uint32_t)__ldg(static_cast<const uint16_t*>(p.fn.data) + base + m * stride) << 16);
-        else if (p.fn.format == weight_format::f32)
-          w = __ldg(static_cast<const float*>(p.fn.data) + base + m * stride);
-        else
-          w = qmatrix_at(p.fn, m, col);
-      }
-      t[m] = w * x;
+      for (int m = 0; m < MIX; ++m) w[m] = 0.0f;
+    } else if (p.fn.format == weight_format::bf16) {
+      const uint16_t* wp = static_cast<const uint16_t*>(p.fn.data) + base;
+#pragma unroll
+      for (int m = 0; m < MIX; ++m) w[m] = __uint_as_float((uint32_t)__ldg(wp + m * stride) << 16);
+    } else if (p.fn.format == weight_format::f32) {
+      const float* wp = static_cast<const float*>(p.fn.data) + base;
+#pragma unroll
+      for (int m = 0; m < MIX; ++m) w[m] = __ldg(wp + m * stride);
+    } else {
+#pragma unroll
+      for (int m = 0; m < MIX; ++m) w[m] = qmatrix_at(p.fn, m, col);
     }
+#pragma unroll
+    for (int m = 0; m < MIX; ++m) t[m] = w[m] * x;
     t[MIX] = x * x;
 #pragma unroll
     for (int m = MIX + 1; m < 32; ++m) t[m] = 0.0f;
-#pragma unroll
-    for (int o = 16, n = 32; o >= 1; o >>= 1, n >>= 1) {
-      const bool upper = (lane & o) != 0;
-#pragma unroll
-      for (int q = 0; q < n / 2; ++q) {
-        const float send = upper ? t[q] : t[q + n / 2];
-        const float keep = upper ? t[q + n / 2] : t[q];
-        t[q] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-      }
-    }
+    butterfly_sum<16>(t, lane);
     if (lane <= MIX) red[k * nw + lane] = t[0];
   } else {
     for (int m0 = 0; m0 < mix; m0 += MIXC) {
@@ -252,6 +285,18 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
     for (int off = 16; off; off >>= 1) vs += __shfl_xor_sync(0xffffffffu, vs, off);
     if (lane == 0) out[mix + 1] = vs;
   }
+  if (!p.done) return;
+  // hc_post fused: the row's last block to finish reduces the row's partials (every block has
+  // read post/comb/pre before counting itself in, so the mix weights may be overwritten now)
+  __shared__ unsigned last;
+  __threadfence();  // this block's partials are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.done + r, 1u) == gridDim.x - 1 ? 1u : 0u;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  post_reduce_row<HC>(p.site, r, red);
+  if (threadIdx.x == 0) p.done[r] = 0;  // ready for the next site
 }
 
 // Block-wide sum (blockDim.x a multiple of 32, ≤ 1024).
@@ -349,8 +394,8 @@ status hc_post(const hc_post_params& p, cudaStream_t stream) {
     return make_error(errc::invalid_argument, "hc_post: null pointer");
   if (p.partial) {  // mixes reduced from hc_mix_collapse's partials, one block per row
     if (p.nblk <= 0 || p.ncols <= 0) return make_error(errc::invalid_argument, "hc_post: partials without nblk/ncols");
-    const int nv = (2 + p.hc) * p.hc + 2, parts = std::max(1, k_reduce_threads / nv);
-    const size_t smem = sizeof(float) * (size_t)(parts + 1) * nv;
+    const int nv = (2 + p.hc) * p.hc + 2;
+    const size_t smem = sizeof(float) * (size_t)reduce_smem_floats(nv);
     if (p.hc == 4) launch_kernel(hc_post_reduce_kernel<4>, (unsigned)p.R, k_reduce_threads, smem, stream, p);
     else launch_kernel(hc_post_reduce_kernel<0>, (unsigned)p.R, k_reduce_threads, smem, stream, p);
     CEDAR_CUDA_LAUNCHED("hc_post (reduce)");
@@ -383,10 +428,18 @@ status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream) {
     return make_error(errc::invalid_argument, "hc_mix_collapse: hc_fn is " + std::to_string(p.fn.rows) + " x " +
                                                   std::to_string(p.fn.cols) + ", expected " + std::to_string(mix) +
                                                   " x " + std::to_string(p.hc * p.d));
-  const size_t smem = sizeof(float) * (size_t)p.hc * (mix + 1);
+  size_t smem = sizeof(float) * (size_t)p.hc * (mix + 1);
+  hc_mix_params q = p;
+  if (p.done) {  // hc_post fused: its partial form on this launch's partials
+    hc_post_params& h = q.site;
+    if (h.R != p.R || h.hc != p.hc || !h.base || !h.scale || !h.pre || !h.post || !h.comb)
+      return make_error(errc::invalid_argument, "hc_mix_collapse: fused hc_post needs R, hc, base, scale, pre, post, comb");
+    h.mixes = nullptr, h.partial = p.partial, h.nblk = hc_mix_blocks(p.d), h.ncols = p.hc * p.d;
+    smem = std::max(smem, sizeof(float) * (size_t)reduce_smem_floats(mix + 2));
+  }
   const dim3 grid((unsigned)hc_mix_blocks(p.d), (unsigned)p.R);
-  if (p.hc == 4) launch_kernel(hc_mix_collapse_kernel<4>, grid, (unsigned)(32 * p.hc), smem, stream, p);
-  else launch_kernel(hc_mix_collapse_kernel<0>, grid, (unsigned)(32 * p.hc), smem, stream, p);
+  if (p.hc == 4) launch_kernel(hc_mix_collapse_kernel<4>, grid, (unsigned)(32 * p.hc), smem, stream, q);
+  else launch_kernel(hc_mix_collapse_kernel<0>, grid, (unsigned)(32 * p.hc), smem, stream, q);
   CEDAR_CUDA_LAUNCHED("hc_mix_collapse");
   return {};
 }

@@ -58,6 +58,14 @@ struct hc_mix_params {
   const float* y = nullptr;    // [R, d]
   const float* post = nullptr; // [R, hc]
   const float* comb = nullptr; // [R, hc, hc]
+  // optional: hc_post fused in (saves its launch): with `done` set, the last block of each row
+  // to finish reduces the row's partials and writes the mix weights as hc_post(site) would
+  // (site: R, hc, sinkhorn_iters, eps, base, scale, pre, post, comb, norm_eps, x_inv, x_cols,
+  // x_eps; its partial form on this launch's partials is filled in). The outputs may be the
+  // buffers this launch reads (pre, post, comb): every block has read them before the last one
+  // starts. done [R]: zero before the launch, left zero after it.
+  hc_post_params site;
+  unsigned* done = nullptr;
 };
 int hc_mix_blocks(int d);
 size_t hc_mix_partial_floats(int R, int hc, int d);

@@ -227,9 +227,33 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
     }
 }
 
+// The weight rows block bx reads (qgemv_body's mapping: k_warps / WS groups of RW rows), as a
+// byte range: [*begin, *begin + *bytes). Rows of a view are contiguous in every format.
+template <weight_format F, int RW, int WS>
+__device__ __forceinline__ void block_weight_span(const qmatrix& w, unsigned bx, const char** begin, size_t* bytes) {
+  constexpr int rows_per_block = (k_warps / WS) * RW;
+  const int64_t r0 = (int64_t)bx * rows_per_block;
+  const int64_t n = max((int64_t)0, min((int64_t)rows_per_block, w.rows - r0));
+  const int64_t row_bytes = F == weight_format::f32 ? 4 * w.cols : F == weight_format::bf16 ? 2 * w.cols
+                          : F == weight_format::f8_e4m3 ? w.cols : w.cols / 2;
+  *begin = static_cast<const char*>(w.data) + (w.row0 + r0) * row_bytes;
+  *bytes = (size_t)(n * row_bytes);
+}
+
+// Before waiting for the previous kernel (pdl_prefetch_entry): ask L2 for this block's weight
+// rows (first m tile only), so that the weights stream while the previous kernel finishes.
+template <weight_format F, int RW, int WS>
+__device__ __forceinline__ void prefetch_block_weights(const qmatrix& w, unsigned bx, unsigned by) {
+  if (by != 0) return;
+  const char* b;
+  size_t n;
+  block_weight_span<F, RW, WS>(w, bx, &b, &n);
+  l2_prefetch(b, n);
+}
+
 template <weight_format F, int V, int MT, int RW, int WS>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_kernel(qgemv_params p) {
-  pdl_entry();
+  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS>(p.w, blockIdx.x, blockIdx.y); });
   qgemv_body<F, V, MT, RW, WS>(p, blockIdx.x, blockIdx.y);
 }
 
@@ -242,9 +266,9 @@ struct qgemv_group {
 
 template <weight_format F, int V, int MT, int RW, int WS>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g) {
-  pdl_entry();
   int i = 0;
   while (i + 1 < g.n && blockIdx.x >= g.start[i + 1]) ++i;
+  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS>(g.item[i].w, blockIdx.x - g.start[i], blockIdx.y); });
   if (blockIdx.y * MT >= (unsigned)g.item[i].m) return;
   qgemv_body<F, V, MT, RW, WS>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
 }

@@ -11,7 +11,10 @@
 #include "kernels/cuda/sparse_attention.cuh"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 namespace cedar::kernels::cuda {
 namespace {
@@ -265,6 +268,13 @@ launch_shape shape_of(const sparse_attention_params& p) {
       return {};
   }
   launch_shape ls;
+  // CEDAR_CUDA_ATTN="HB,TILES" (diagnostics, read once): HB heads per block and TILES key
+  // tiles per split instead of the rule below; benchmarks sweep it
+  static const std::pair<int, int> forced = [] {
+    std::pair<int, int> f{0, 0};
+    if (const char* v = std::getenv("CEDAR_CUDA_ATTN")) std::sscanf(v, "%d,%d", &f.first, &f.second);
+    return f;
+  }();
   auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
   int hb = p.H;
   while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
@@ -283,6 +293,13 @@ launch_shape shape_of(const sparse_attention_params& p) {
     const int64_t want_split = 2 * want;
     splits = (int)std::min<int64_t>({(want_split + blocks - 1) / blocks, (int64_t)max_tiles, (int64_t)k_max_splits});
     const int per = (max_tiles + splits - 1) / splits;  // tiles per split; no split left empty
+    splits = (max_tiles + per - 1) / per;
+  }
+  if (forced.first > 0 && forced.second > 0) {
+    hb = std::min(p.H, forced.first);
+    while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
+    splits = std::min(k_max_splits, std::max(1, (max_tiles + forced.second - 1) / forced.second));
+    const int per = (max_tiles + splits - 1) / splits;
     splits = (max_tiles + per - 1) / per;
   }
   ls.hb = hb;

@@ -261,6 +261,8 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
         p.R = R, p.hc = hc, p.sinkhorn_iters = iters, p.eps = eps, p.base = db.p, p.scale = ds.p;
         p.partial = dpart.p, p.nblk = cu::hc_mix_blocks(d), p.ncols = hc * d, p.norm_eps = neps;
         p.pre = dpre.p, p.post = dpost.p, p.comb = dcomb.p;
+        dev_array<float> sxinv((size_t)R);
+        p.x_inv = sxinv.p, p.x_cols = d, p.x_eps = neps;
         st = cu::hc_post(p, nullptr);
         ASSERT_TRUE(st.ok()) << st.err().message;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -300,6 +302,39 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
             for (int k = 0; k < hc; ++k) want += (double)pre_prev[(size_t)r * hc + k] * X[((size_t)r * hc + k) * d + i];
             ASSERT_NEAR(v[(size_t)r * d + i], want, 1e-5 * (std::fabs(want) + 1)) << "collapse hc " << hc << " d " << d;
           }
+        // hc_post fused into the launch (the last block of each row reduces), its outputs in the
+        // buffers the expand reads (as the decoder runs it): the same bits as the two launches;
+        // launched twice (the row counters are left at zero for the next site)
+        for (int rep = 0; rep < (expand ? 1 : 2); ++rep) {
+          dev_array<float> fX(X0), fv((size_t)R * d), fpart(cu::hc_mix_partial_floats(R, hc, d)), fpre((size_t)R * hc),
+              fpost(epost), fcomb(ecomb), fxinv((size_t)R);
+          dev_array<unsigned> done(std::vector<unsigned>((size_t)R, 0u));
+          cu::hc_mix_params fp = mp;
+          fp.X = fX.p, fp.partial = fpart.p, fp.v = fv.p;
+          if (expand) fp.post = fpost.p, fp.comb = fcomb.p;
+          fp.site = p;
+          fp.site.partial = nullptr, fp.site.pre = fpre.p, fp.site.post = fpost.p, fp.site.comb = fcomb.p;
+          fp.site.x_inv = fxinv.p;
+          fp.done = done.p;
+          for (int twice = 0; twice <= rep; ++twice) {
+            st = cu::hc_mix_collapse(fp, nullptr);
+            ASSERT_TRUE(st.ok()) << st.err().message;
+          }
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          auto same = [&](const dev_array<float>& a, const dev_array<float>& b, const char* what) {
+            const auto x = a.download(), y = b.download();
+            ASSERT_EQ(x.size(), y.size());
+            for (size_t i = 0; i < x.size(); ++i)
+              ASSERT_EQ(x[i], y[i]) << "fused " << what << " hc " << hc << " d " << d << " variant " << variant << " i " << i;
+          };
+          same(fpre, dpre, "pre");
+          same(fpost, dpost, "post");
+          same(fcomb, dcomb, "comb");
+          same(fxinv, sxinv, "x_inv");
+          same(fv, dv, "collapse");
+          same(fX, dX, "streams");
+          for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "row counter not reset";
+        }
       }
     }
   }

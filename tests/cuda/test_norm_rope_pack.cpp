@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
@@ -121,4 +122,73 @@ TEST(cuda_norm_rope_pack, rope_and_query_round_trip_equal_the_separate_kernels) 
   const auto st = cu::norm_rope_pack(p, nullptr);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.err().message.find("multiple of 32"), std::string::npos) << st.err().message;
+}
+
+// norm_rope_pack_many: the jobs of one decode layer (an FP4 index key with norm and RoPE, an FP4
+// main entry, an FP8 SWA entry with a null destination row, indexer queries round-tripped in
+// place: 3 widths, so the launch's widest block carries idle warps for the narrower jobs) in one
+// launch give the bytes and values of one launch per job.
+TEST(cuda_norm_rope_pack, many_jobs_in_one_launch_equal_one_launch_each) {
+  CEDAR_REQUIRE_GPU();
+  const int B = 3, np = 16, Hi = 4;
+  struct job_spec {
+    cu::pack_kind kind;
+    int n, nvec;
+    bool norm;
+  };
+  const job_spec specs[4] = {{cu::pack_kind::fp4_index, 128, 1, true}, {cu::pack_kind::fp4_kv, 256, 1, false},
+                             {cu::pack_kind::fp8_swa, 512, 1, true}, {cu::pack_kind::fp4_index_fake, 128, Hi, false}};
+  std::mt19937 g(77);
+  std::vector<float> cs, sn;
+  angles(g, (size_t)B * np, cs, sn);
+  dev_array<float> dcos(cs), dsin(sn);
+  struct side {
+    std::vector<std::unique_ptr<dev_array<float>>> x, w;
+    std::vector<std::unique_ptr<dev_array<uint8_t>>> out;
+    std::vector<std::unique_ptr<dev_array<uint8_t*>>> dst;
+    std::vector<cu::norm_rope_pack_params> jobs;
+  };
+  side one, many;
+  std::vector<std::vector<float>> xs, ws;
+  for (const job_spec& s : specs) {
+    xs.push_back(randn(g, (size_t)B * s.nvec * s.n, 2.0f));
+    ws.push_back(randn(g, (size_t)s.n, 1.0f));
+  }
+  for (side* sd : {&one, &many}) {
+    for (int j = 0; j < 4; ++j) {
+      const job_spec& s = specs[j];
+      sd->x.push_back(std::make_unique<dev_array<float>>(xs[(size_t)j]));
+      sd->w.push_back(std::make_unique<dev_array<float>>(ws[(size_t)j]));
+      cu::norm_rope_pack_params p;
+      p.R = B * s.nvec, p.nvec = s.nvec, p.n = s.n, p.x = sd->x.back()->p, p.norm_w = s.norm ? sd->w.back()->p : nullptr;
+      p.eps = 1e-6f, p.cos = dcos.p, p.sin = dsin.p, p.np = np, p.kind = s.kind;
+      if (s.kind == cu::pack_kind::fp4_index_fake) {
+        p.write_back = true;
+      } else {
+        const size_t eb = s.kind == cu::pack_kind::fp8_swa ? kc::fp8_swa_bytes(s.n)
+                          : s.kind == cu::pack_kind::fp4_kv ? kc::fp4_kv_bytes(s.n) : kc::fp4_index_bytes(s.n);
+        std::vector<uint8_t*> d;
+        for (int r = 0; r < B; ++r) {
+          sd->out.push_back(std::make_unique<dev_array<uint8_t>>(std::vector<uint8_t>(eb, 0xAB)));
+          d.push_back(s.kind == cu::pack_kind::fp8_swa && r == 1 ? nullptr : sd->out.back()->p);
+        }
+        sd->dst.push_back(std::make_unique<dev_array<uint8_t*>>(d));
+        p.dst = sd->dst.back()->p;
+      }
+      sd->jobs.push_back(p);
+    }
+  }
+  for (const auto& p : one.jobs) ASSERT_TRUE(cu::norm_rope_pack(p, nullptr).ok());
+  const auto st = cu::norm_rope_pack_many(many.jobs.data(), 4, nullptr);
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (size_t i = 0; i < one.out.size(); ++i) EXPECT_EQ(one.out[i]->download(), many.out[i]->download()) << "entry " << i;
+  for (size_t j = 0; j < one.x.size(); ++j) EXPECT_EQ(one.x[j]->download(), many.x[j]->download()) << "job " << j;
+  // too many jobs, or a bad one, is an error that says which
+  std::vector<cu::norm_rope_pack_params> five(5, many.jobs[0]);
+  ASSERT_FALSE(cu::norm_rope_pack_many(five.data(), 5, nullptr).ok());
+  many.jobs[2].n = 48;
+  const auto bad = cu::norm_rope_pack_many(many.jobs.data(), 4, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("multiple of 32"), std::string::npos) << bad.err().message;
 }

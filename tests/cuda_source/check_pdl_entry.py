@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks launch.cuh's contract over kernels/cuda/*.cu: every __global__ function's first
-statement is pdl_entry(), and no kernel is launched with <<<>>> (launch_kernel sets the PDL
+statement is pdl_entry() (or pdl_prefetch_entry(...), which prefetches weights into L2 and then
+calls it; the group kernel may first find its item), and no kernel is launched with <<<>>> (launch_kernel sets the PDL
 attribute, so a kernel launched after one that skipped its wait could race with it).
 Usage: check_pdl_entry.py KERNELS_CUDA_DIR  (exit 0 when every kernel conforms)."""
 import pathlib
@@ -19,7 +20,10 @@ def check(path: pathlib.Path) -> list:
     for m in re.finditer(r"__global__[^;{]*?\b(\w+)\s*\(", src):
         body = src.find("{", m.end())
         first = src[body + 1:].lstrip()
-        if not first.startswith("pdl_entry();"):
+        if first.startswith("int i = 0;"):  # a grouped kernel finding its item (registers only)
+            loop = re.match(r"int i = 0;\s*while \([^;]*\) \+\+i;\s*", first)
+            first = first[loop.end():] if loop else first
+        if not (first.startswith("pdl_entry();") or first.startswith("pdl_prefetch_entry(")):
             bad.append(f"{path.name}: kernel {m.group(1)} does not start with pdl_entry()")
     for m in re.finditer(r"<<<", src):
         line = src.count("\n", 0, m.start()) + 1
