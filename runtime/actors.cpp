@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/base/log.hpp"
+#include "model/tokenizer.hpp"
 #include "model/tool_grammar.hpp"
+#include "tools_mcp/json.hpp"
 #include "tools_mcp/json_schema.hpp"
 
 namespace cedar::runtime {
@@ -407,7 +409,7 @@ store_actor spawn_store(caf::actor_system& sys, std::unique_ptr<sessions::store>
 namespace {
 
 item_msg make_item(const char* kind, njson payload, uint64_t b = 0, uint64_t e = 0) {
-  return item_msg{kind, payload.dump(), b, e, 0};
+  return item_msg{kind, cedar::tools::json_dump(payload), b, e, 0};
 }
 
 }  // namespace
@@ -423,7 +425,7 @@ std::vector<model::chat_message> messages_from_items(const std::vector<item_msg>
       m.role = model::chat_role::system;
       m.content = p.value("content", "");
       if (p.contains("tools") && p["tools"].is_array())
-        for (const auto& t : p["tools"]) m.tools_json.push_back(t.is_string() ? t.get<std::string>() : t.dump());
+        for (const auto& t : p["tools"]) m.tools_json.push_back(t.is_string() ? t.get<std::string>() : cedar::tools::json_dump(t));
     } else if (i.kind == "user") {
       m.role = model::chat_role::user;
       m.content = p.value("content", "");
@@ -756,7 +758,7 @@ std::string tool_schema_json(const tools::tool& t) {
   nlohmann::ordered_json o;
   o["type"] = "function";
   o["function"] = fn;
-  return o.dump();
+  return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 namespace {
@@ -780,7 +782,7 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
     if (!cfg.tools.empty() && std::find(cfg.tools.begin(), cfg.tools.end(), t->name) == cfg.tools.end()) continue;
     names.push_back(t->name);
     schemas.push_back(tool_schema_json(*t));
-    offered.emplace_back(t->name, t->input_schema.dump());
+    offered.emplace_back(t->name, cedar::tools::json_dump(t->input_schema));
   }
   if (cfg.constrain_tool_calls) s.grammar = model::tool_grammar_spec(offered);
   s.loop = std::make_unique<agent_loop>(*tok, cfg.system_prompt, schemas, names, cfg.limits);
@@ -842,9 +844,14 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
           if (e.kind == model::dsml_event_kind::content && !e.text.empty())
             self->send(s.events, event_atom::value, agent_event_msg{"token", e.text, "", "", false, 0});
       },
-      [self](tool_done_atom, const std::string& id, const std::string& text, bool is_error, double ms) {
+      [self](tool_done_atom, const std::string& id, const std::string& raw, bool is_error, double ms) {
         auto& s = self->state;
         if (!s.busy || s.results.count(id) || !s.cancels.count(id)) return;  // late (timed out) or stale
+        // A C++ tool may return any bytes (file_read of a Latin-1 file): the model, the chat
+        // template and the store take UTF-8, so invalid sequences become U+FFFD here.
+        std::string text;
+        if (model::utf8_valid(raw)) text = raw;
+        else model::utf8_sanitize(raw, /*final=*/true, text);
         s.results[id] = {id, text, is_error, ms};
         std::string name;
         for (const auto& c : s.calls)

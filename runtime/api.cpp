@@ -271,12 +271,21 @@ void agent::cancel() { caf::anon_send(p_->actor, cancel_atom::value); }
 result<turn_result> agent::ask(const std::string& text, const std::function<void(const agent_event&)>& on_event) {
   caf::scoped_actor self{*p_->sys};
   if (p_->remote_exec) self->monitor(p_->remote_exec);
+  // The agent actor itself may end (an exception escaping a handler terminates a CAF actor):
+  // its down message turns into this turn's error instead of a wait that never ends.
+  self->monitor(p_->actor);
   self->send(p_->actor, ask_atom::value, text, caf::actor(self));
   bool done = false;
   turn_summary sum;
   while (!done) {
     self->receive(
         [&](caf::down_msg& d) {
+          if (d.source == p_->actor.address()) {
+            sum.error = "the agent actor of session " + std::to_string(p_->session) +
+                        " terminated: " + p_->sys->render(d.reason);
+            done = true;
+            return;
+          }
           // The remote executor went away (its process or the link): the agent's request to it
           // will never be answered, so the turn fails here.
           sum.error = "remote executor is gone: " + p_->sys->render(d.reason);
@@ -311,6 +320,7 @@ result<turn_result> agent::ask(const std::string& text, const std::function<void
         });
   }
   if (p_->remote_exec) self->demonitor(p_->remote_exec);
+  self->demonitor(p_->actor);
   if (!sum.error.empty() && sum.rounds == 0 && !sum.cancelled) return make_error(errc::internal, sum.error);
   turn_result r;
   r.answer = sum.answer;

@@ -18,6 +18,7 @@
 #include "model/model_dir.hpp"
 #include "model/npy.hpp"
 #include "model/sampler.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 namespace {
@@ -121,7 +122,7 @@ int run_generate(const gen_args& a) {
         for (auto [id, v] : top_k(logits.data(), V, a.print_logits)) tk.push_back({id, v});
         j["top"] = tk;
       }
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", cedar::tools::json_dump(j).c_str());
     } else {
       if (a.print_logits > 0) {
         std::printf("\n[step %d]", n);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 namespace {
@@ -114,7 +115,7 @@ int model_info(const std::string& path, bool json) {
   j["bf16_to_persistent_ratio"] = f.compression_ratio;
 
   if (json) {
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   for (auto& [k, v] : j.items()) {
@@ -126,7 +127,7 @@ int model_info(const std::string& path, bool json) {
       if (d == double(int64_t(d))) std::snprintf(b, sizeof b, "%lld", (long long)d);
       else std::snprintf(b, sizeof b, "%.2f", d);
       val = b;
-    } else val = v.dump();
+    } else val = cedar::tools::json_dump(v);
     if (k.rfind("params_", 0) == 0) val += " (" + human(v.get<double>()) + ")";
     std::printf("%s: %s\n", k.c_str(), val.c_str());
   }

@@ -18,6 +18,7 @@
 #include "model/tokenizer.hpp"
 #include "model/tool_grammar.hpp"
 #include "runtime/runtime_impl.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 
@@ -35,7 +36,7 @@ std::string grammar_of(const std::vector<std::string>& tools_json) {
     if (j.is_discarded() || !j.contains("function") || !j["function"].is_object()) return "";
     const auto& f = j["function"];
     if (!f.contains("name") || !f["name"].is_string()) return "";
-    tools.emplace_back(f["name"].get<std::string>(), f.contains("parameters") ? f["parameters"].dump() : std::string());
+    tools.emplace_back(f["name"].get<std::string>(), f.contains("parameters") ? cedar::tools::json_dump(f["parameters"]) : std::string());
   }
   return tools.empty() ? std::string() : model::tool_grammar_spec(tools);
 }
@@ -74,7 +75,7 @@ std::string reply_key(const std::string& content, const std::vector<model::chat_
   k += '\x1f';
   for (const auto& c : calls) {
     njson a = njson::parse(c.arguments_json, nullptr, false);
-    k += c.id + '\x1e' + c.name + '\x1e' + (a.is_discarded() ? c.arguments_json : a.dump()) + '\x1d';
+    k += c.id + '\x1e' + c.name + '\x1e' + (a.is_discarded() ? c.arguments_json : cedar::tools::json_dump(a)) + '\x1d';
   }
   return k;
 }
@@ -110,7 +111,7 @@ item_msg input_item(const model::chat_message& m) {
       p = njson{{"tool_call_id", m.tool_call_id}, {"content", m.content}, {"is_error", false}};
       break;
   }
-  return item_msg{kind, p.dump(), 0, 0, 0};
+  return item_msg{kind, cedar::tools::json_dump(p), 0, 0, 0};
 }
 
 }  // namespace
@@ -684,12 +685,12 @@ result<completion_result> completion_service::complete(const completion_request&
                                    {"resume_ms", d.resume_ms}, {"prefill_ms", d.prefill_ms},
                                    {"decode_ms", d.decode_ms}, {"finish_reason", out.finish_reason},
                                    {"source", "openai"}, {"faithful", faithful}}
-                                 .dump(),
+                                 .dump(-1, ' ', false, njson::error_handler_t::replace),
                              end - uint64_t(d.generated.size() + forced.size()), end, 0});
   for (const auto& call : out.calls)
     c.items.push_back(item_msg{"tool_call",
                                njson{{"id", call.id}, {"name", call.name}, {"arguments", call.arguments_json}, {"error", ""}}
-                                   .dump(),
+                                   .dump(-1, ' ', false, njson::error_handler_t::replace),
                                0, 0, 0});
   c.first_token = d.first_token;
   c.tokens = d.tokens;

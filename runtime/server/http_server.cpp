@@ -30,7 +30,7 @@ std::string json_error(const std::string& message, const std::string& type, cons
   njson e{{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
-  return njson{{"error", e}}.dump();
+  return njson{{"error", e}}.dump(-1, ' ', false, njson::error_handler_t::replace);
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param,

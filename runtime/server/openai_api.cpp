@@ -11,6 +11,7 @@
 #include "runtime/completion.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/server/request_parse.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 
@@ -64,7 +65,7 @@ route_mount openai_api_mount() {
                    "model", "model_not_found");
         return;
       }
-      res.set_content(model_json(model_id).dump(), "application/json");
+      res.set_content(cedar::tools::json_dump(model_json(model_id)), "application/json");
     });
     auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
       send_error(res, 405, req.method + " " + req.path + ": use POST", "", "method_not_allowed");
@@ -106,7 +107,7 @@ route_mount openai_api_mount() {
                   {"choices", njson::array({njson{{"index", 0}, {"message", msg}, {"logprobs", nullptr},
                                                   {"finish_reason", r->finish_reason}}})},
                   {"usage", usage_json(*r)}};
-        res.set_content(out.dump(), "application/json");
+        res.set_content(cedar::tools::json_dump(out), "application/json");
         return;
       }
 
@@ -126,7 +127,7 @@ route_mount openai_api_mount() {
           return c;
         };
         auto send = [&](const njson& j) {
-          std::string line = "data: " + j.dump() + "\n\n";
+          std::string line = "data: " + cedar::tools::json_dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         bool ok = send(chunk(njson{{"role", "assistant"}, {"content", ""}}, nullptr));

@@ -2,6 +2,7 @@
 // openai_api.cpp unchanged; inside this file a wrong field is thrown as bad_field and caught at
 // the one entry point, which never throws.
 #include "runtime/server/request_parse.hpp"
+#include "tools_mcp/json.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -87,7 +88,7 @@ model::chat_message parse_message(const njson& m, size_t i) {
       tc.name = f["name"];
       if (!f.contains("arguments") || f["arguments"].is_null()) tc.arguments_json = "{}";
       else if (f["arguments"].is_string()) tc.arguments_json = f["arguments"];
-      else if (f["arguments"].is_object()) tc.arguments_json = f["arguments"].dump();
+      else if (f["arguments"].is_object()) tc.arguments_json = cedar::tools::json_dump(f["arguments"]);
       else throw bad_field{cw + ".function.arguments", cw + ".function.arguments: expected a JSON string"};
       njson a = njson::parse(tc.arguments_json, nullptr, false);
       if (a.is_discarded() || !a.is_object())
@@ -114,8 +115,8 @@ double get_number(const njson& body, const char* key, double lo, double hi) {
   if (!v.is_number()) throw bad_field{key, std::string(key) + ": expected a number, got " + type_name(v)};
   double x = v.get<double>();
   if (!(x >= lo && x <= hi))
-    throw bad_field{key, std::string(key) + ": " + v.dump() + " is out of range [" + njson(lo).dump() + ", " +
-                             njson(hi).dump() + "]"};
+    throw bad_field{key, std::string(key) + ": " + cedar::tools::json_dump(v) + " is out of range [" + cedar::tools::json_dump(njson(lo)) + ", " +
+                             cedar::tools::json_dump(njson(hi)) + "]"};
   return x;
 }
 

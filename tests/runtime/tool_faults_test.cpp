@@ -144,3 +144,37 @@ TEST(ToolFaults, CancelDuringAToolEndsTheTurnAndTheSessionContinues) {
   ASSERT_TRUE(r2.ok()) << r2.err().message;
   EXPECT_GT(r2->context, r->context);
 }
+
+// Bytes that are not valid UTF-8: a C++ tool may return them (file_read of a Latin-1 file), and
+// the model's byte-level BPE may put them into a tool call's arguments. The first used to fail
+// the turn (the chat template refuses invalid UTF-8); the second threw inside the agent actor
+// while writing the store's JSON items (nlohmann type_error 316), which ended the actor and left
+// ask() waiting forever. Tool results are now repaired (U+FFFD), items are written with
+// replacement, and ask() watches the agent actor.
+TEST(ToolFaults, InvalidUtf8InAToolResultIsStoredAndTheSessionGoesOn) {
+  test::temp_dir dir;
+  auto rt = open_default(dir.file("s.db"));
+  ASSERT_TRUE(rt);
+  ASSERT_TRUE(rt->add_tool(fake_calculator([](const tools::invoke_context&) -> result<tools::tool_result> {
+                  tools::tool_result res;
+                  tools::content_block b;
+                  b.text = "7006652 \xE2\x82'\xFF";  // a cut 3-byte sequence, then a byte that never starts one
+                  res.content.push_back(b);
+                  return res;
+                })).ok());
+  auto a = rt->create_agent(calc_agent(5000));
+  ASSERT_TRUE(a.ok());
+  seen s;
+  auto r = a->ask("What is 1234 * 5678?", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call) ++s.calls;
+    if (e.type == agent_event::kind::tool_result) s.last_result = e.text, s.errors += e.is_error;
+  });
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_GE(s.calls, 1) << "the default model no longer calls the calculator for this prompt";
+  EXPECT_EQ(s.errors, 0);
+  EXPECT_EQ(s.last_result.rfind("7006652", 0), 0u) << s.last_result;
+  EXPECT_NE(s.last_result.find("\xEF\xBF\xBD"), std::string::npos) << s.last_result;  // U+FFFD
+  auto r2 = a->ask("hello again");
+  ASSERT_TRUE(r2.ok()) << r2.err().message;
+  EXPECT_GT(r2->context, r->context);
+}
