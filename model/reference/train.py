@@ -149,6 +149,9 @@ def main(argv=None) -> int:
                     help="stages B/C through the dense [T, T] attention path (the sparse training "
                          "path computes the same function, several times faster)")
     ap.add_argument("--no-autocast", action="store_true", help="fp32 on the GPU (default: bf16 autocast)")
+    ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
+                    help="also keep an exponential moving average of the weights (e.g. 0.998) and "
+                         "export it to OUT/model_ema beside the last weights in OUT/model")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--tf-eval-n", type=int, default=300, help="held-out samples for teacher-forced eval")
     ap.add_argument("--gen-eval-n", type=int, default=60, help="held-out samples for generation eval")
@@ -237,6 +240,7 @@ def run(rank, world, args) -> int:
     groups = TC.param_groups(m, args.lr)
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     tracker = TC.MoETracker(m)
+    ema = TC.WeightEMA(m, args.ema) if args.ema else None
     sched = TC.Schedule(steps=args.steps or 1, dense_frac=args.dense_frac, stage_c_frac=args.stage_c_frac)
     autocast = None
     if dev.type == "cuda" and not args.no_autocast:
@@ -279,6 +283,8 @@ def run(rank, world, args) -> int:
                 t_step += time.time() - t1
                 if out is None:  # another rank ran out of memory: nobody updated
                     continue
+                if ema is not None:
+                    ema.update()
             except torch.cuda.OutOfMemoryError:
                 del batch
                 opt.zero_grad(set_to_none=True)
@@ -335,26 +341,33 @@ def run(rank, world, args) -> int:
         f"{train_s:.0f}s; data wait {t_data:.0f}s, train_step {t_step:.0f}s (rank 0)")
 
     # ---- export ----
-    mdir = os.path.join(args.out, "model")
     TC.serving_mode(m, base, quant=True)
     m.eval()
     meta = {"format": "pt", "trained_steps": step, "data_seed": args.seed}
     if args.init_from:
         meta["init_from"] = os.path.basename(os.path.normpath(args.init_from))
-    TC.export(m, args.config, mdir, base, meta)
-    if args.transport_parts:
-        path = os.path.join(mdir, "model.safetensors")
-        with open(path, "rb") as f:
-            blob = f.read()
-        part = 15 << 20
-        for k in range(0, len(blob), part):
-            with open(f"{path}.part{k // part}", "wb") as g:
-                g.write(blob[k:k + part])
-        os.remove(path)
-        os.remove(os.path.join(mdir, "token_map.npy"))
-    else:
-        with open(args.tokenizer, "rb") as f, open(os.path.join(mdir, "tokenizer.json"), "wb") as g:
-            g.write(f.read())
+
+    def export_to(mdir, meta):
+        TC.export(m, args.config, mdir, base, meta)
+        if args.transport_parts:
+            path = os.path.join(mdir, "model.safetensors")
+            with open(path, "rb") as f:
+                blob = f.read()
+            part = 15 << 20
+            for k in range(0, len(blob), part):
+                with open(f"{path}.part{k // part}", "wb") as g:
+                    g.write(blob[k:k + part])
+            os.remove(path)
+            os.remove(os.path.join(mdir, "token_map.npy"))
+        else:
+            with open(args.tokenizer, "rb") as f, open(os.path.join(mdir, "tokenizer.json"), "wb") as g:
+                g.write(f.read())
+
+    export_to(os.path.join(args.out, "model"), meta)
+    if ema is not None:
+        with ema.swapped():
+            export_to(os.path.join(args.out, "model_ema"), dict(meta, ema_decay=args.ema))
+        log(f"exported the EMA weights (decay {args.ema}, {ema.n} updates) to {args.out}/model_ema")
 
     def save(ev):
         summary = {"params": n_params, "steps": step, "train_seconds": train_s,

@@ -285,6 +285,83 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(TC.last_turn_start([0, 1, 1, 0, 0, 1, 1, 1, 0]), 5)
 
 
+    def test_weight_ema(self):
+        """WeightEMA follows ema += (1 - d)(p - ema) with the warm-up d = min(decay, (1+n)/(10+n)),
+        swaps the averages in for an export and restores the live weights bit for bit."""
+        m, opt, tr = self.fresh(7)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        TC.apply_stage(m, "B", base)
+        ema = TC.WeightEMA(m, 0.9)
+        params = [p for p in m.parameters() if p.requires_grad]
+        want = [p.detach().clone() for p in params]
+        for step in range(4):
+            TC.train_step(m, opt, tr, batch(seed=step), "B", 1e-3, rng=random.Random(0))
+            ema.update()
+            d = min(0.9, (1.0 + step) / (10.0 + step))
+            want = [w + (1 - d) * (p.detach() - w) for w, p in zip(want, params)]
+        for s, w in zip(ema.shadow, want):
+            torch.testing.assert_close(s, w, rtol=1e-6, atol=1e-7)
+        live = [p.detach().clone() for p in params]
+        self.assertTrue(any(not torch.equal(a, b) for a, b in zip(live, want)))
+        with ema.swapped():
+            for p, w in zip(params, ema.shadow):
+                self.assertTrue(torch.equal(p.detach(), w))
+        for p, v in zip(params, live):
+            self.assertTrue(torch.equal(p.detach(), v))
+        with self.assertRaisesRegex(ValueError, "decay"):
+            TC.WeightEMA(m, 1.0)
+
+    def test_average_models(self):
+        """average_models.py: the mean of two exports, written as bf16, loads back; mismatched
+        models are refused with the model and the tensor named."""
+        import subprocess
+        import sys
+        from cedar_ref.safetensors_io import load_file
+        tool = os.path.join(_paths.ROOT, "model", "reference", "average_models.py")
+        base = None
+        with tempfile.TemporaryDirectory() as d:
+            cpath = os.path.join(d, "in.json")
+            with open(cpath, "w") as f:
+                json.dump(self.conf, f)
+            dirs = []
+            for seed in (1, 2):
+                m, _, _ = self.fresh(seed)
+                base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+                dirs.append(os.path.join(d, f"m{seed}"))
+                TC.export(m, cpath, dirs[-1], base)
+            out = os.path.join(d, "soup")
+            r = subprocess.run([sys.executable, tool, *dirs, "--out", out], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            a, b = (load_file(os.path.join(x, "model.safetensors")) for x in dirs)
+            got = load_file(os.path.join(out, "model.safetensors"))
+            self.assertEqual(set(got), set(a))
+            for k in a:
+                mean = (a[k].astype(np.float64) + b[k]) / 2
+                tol = np.abs(mean) * 2 ** -8 + 1e-30
+                self.assertTrue(np.all(np.abs(got[k] - mean) <= tol), k)
+            m2 = load_model(out, QuantFlags.off())  # loads as a model of the config
+            self.assertEqual(m2.cfg.hidden_size, 32)
+            # weighted: all weight on the first model gives it back exactly
+            out1 = os.path.join(d, "w")
+            r = subprocess.run([sys.executable, tool, *dirs, "--weights", "1", "0", "--out", out1],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got1 = load_file(os.path.join(out1, "model.safetensors"))
+            for k in a:
+                self.assertTrue(np.array_equal(got1[k], a[k]), k)
+            # a model of another width is refused, naming it and the tensor
+            conf = json.loads(json.dumps(self.conf))
+            conf["text_config"]["moe_intermediate_size"] = 8
+            with open(cpath, "w") as f:
+                json.dump(conf, f)
+            m3 = TC.build_model(ModelConfig.from_dict(conf), 0)
+            TC.export(m3, cpath, os.path.join(d, "other"), base)
+            r = subprocess.run([sys.executable, tool, dirs[0], os.path.join(d, "other"), "--out", out],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("other", r.stderr)
+            self.assertIn("config.json", r.stderr)
+
 
 class DataParallelTest(unittest.TestCase):
     def test_two_ranks_equal_one_process_averaging_their_gradients(self):

@@ -496,6 +496,52 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
                    int(ntok), max(vio) if vio else 0.0, kl_stats)
 
 
+class WeightEMA:
+    """Exponential moving average of the trainable parameters, kept as fp32 copies on their
+    device: after every optimiser step ema += (1 - d) * (p - ema), with the usual warm-up
+    d = min(decay, (1 + n) / (10 + n)) so the first steps do not pin the average to the initial
+    weights. Buffers (router biases, Engram scales) are not averaged: the exported EMA model
+    takes them from the live model. `swapped()` puts the averages into the model for an export
+    or an evaluation and restores the live weights afterwards."""
+
+    def __init__(self, m, decay):
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"EMA decay must lie in (0, 1), got {decay}")
+        self.decay = decay
+        self.params = [p for p in m.parameters() if p.requires_grad]
+        self.shadow = [p.detach().float().clone() for p in self.params]
+        self.n = 0
+
+    @torch.no_grad()
+    def update(self):
+        d = min(self.decay, (1.0 + self.n) / (10.0 + self.n))
+        self.n += 1
+        live = [p.detach().float() for p in self.params]
+        if hasattr(torch, "_foreach_lerp_"):
+            torch._foreach_lerp_(self.shadow, live, 1.0 - d)
+        else:  # older torch (Debian's)
+            for s, p in zip(self.shadow, live):
+                s.lerp_(p, 1.0 - d)
+
+    def swapped(self):
+        ema = self
+
+        class _Swap:
+            def __enter__(self):
+                with torch.no_grad():
+                    self.live = [p.detach().clone() for p in ema.params]
+                    for p, s in zip(ema.params, ema.shadow):
+                        p.copy_(s.to(p.dtype))
+
+            def __exit__(self, *a):
+                with torch.no_grad():
+                    for p, v in zip(ema.params, self.live):
+                        p.copy_(v)
+                return False
+
+        return _Swap()
+
+
 class _nullctx:
     def __enter__(self):
         return self
