@@ -60,6 +60,14 @@ struct seen {
   std::string last_result;
 };
 
+// Asks the question the model answers with a calculator call, counting what comes back.
+result<turn_result> ask_calculation(agent& a, seen& s) {
+  return a.ask("What is 1234 * 5678?", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call) ++s.calls;
+    if (e.type == agent_event::kind::tool_result) s.last_result = e.text, s.errors += e.is_error;
+  });
+}
+
 }  // namespace
 
 TEST(ToolFaults, AHangingToolTimesOutAndBlocksNoOtherAgent) {
@@ -107,10 +115,7 @@ TEST(ToolFaults, AFailingToolIsAnErrorResultAndTheLoopGoesOn) {
   auto a = rt->create_agent(calc_agent(5000));
   ASSERT_TRUE(a.ok());
   seen s;
-  auto r = a->ask("What is 1234 * 5678?", [&](const agent_event& e) {
-    if (e.type == agent_event::kind::tool_call) ++s.calls;
-    if (e.type == agent_event::kind::tool_result) s.last_result = e.text, s.errors += e.is_error;
-  });
+  auto r = ask_calculation(*a, s);
   ASSERT_TRUE(r.ok()) << r.err().message;
   ASSERT_GE(s.calls, 1) << "the default model no longer calls the calculator for this prompt";
   EXPECT_EQ(s.errors, s.calls);
@@ -165,10 +170,7 @@ TEST(ToolFaults, InvalidUtf8InAToolResultIsStoredAndTheSessionGoesOn) {
   auto a = rt->create_agent(calc_agent(5000));
   ASSERT_TRUE(a.ok());
   seen s;
-  auto r = a->ask("What is 1234 * 5678?", [&](const agent_event& e) {
-    if (e.type == agent_event::kind::tool_call) ++s.calls;
-    if (e.type == agent_event::kind::tool_result) s.last_result = e.text, s.errors += e.is_error;
-  });
+  auto r = ask_calculation(*a, s);
   ASSERT_TRUE(r.ok()) << r.err().message;
   ASSERT_GE(s.calls, 1) << "the default model no longer calls the calculator for this prompt";
   EXPECT_EQ(s.errors, 0);
