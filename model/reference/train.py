@@ -169,6 +169,8 @@ def main(argv=None) -> int:
         ap.error("give exactly one of --minutes and --steps")
     if args.gpus < 1:
         ap.error("--gpus must be >= 1")
+    if args.ema and not 0.0 < args.ema < 1.0:
+        ap.error(f"--ema {args.ema}: the decay must lie between 0 and 1 (e.g. 0.998), or 0 for none")
     if args.gpus > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.gpus:
         ap.error(f"--gpus {args.gpus}: only {torch.cuda.device_count()} CUDA devices are visible")
     # varying batch shapes fragment the caching allocator near full memory otherwise

@@ -310,6 +310,14 @@ class TrainTest(unittest.TestCase):
             self.assertTrue(torch.equal(p.detach(), v))
         with self.assertRaisesRegex(ValueError, "decay"):
             TC.WeightEMA(m, 1.0)
+        # the trainer refuses such a decay as a usage error naming the flag
+        import subprocess
+        import sys
+        r = subprocess.run([sys.executable, os.path.join(_paths.ROOT, "model", "reference", "train.py"),
+                            "--config", "c.json", "--tokenizer", "t.json", "--out", "o", "--steps", "1",
+                            "--ema", "1.5"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--ema 1.5", r.stderr)
 
     def test_average_models(self):
         """average_models.py: the mean of two exports, written as bf16, loads back; mismatched
