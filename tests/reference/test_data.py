@@ -424,6 +424,143 @@ class TrainRobustnessTest(unittest.TestCase):
         self.assertGreater(long_fields, 5)
 
 
+def _heldout_values():
+    """Every held-out value: the NAMES, CITIES and ITEMS entries at indices i % 5 == 0."""
+    return {w for pool in (data.NAMES, data.CITIES, data.ITEMS)
+            for i, w in enumerate(pool) if i % 5 == 0}
+
+
+def _request_rx(template):
+    """A request template as a full-match regex over a user message: the template with its one
+    {f} a file path (group 1; a name with an extension, so that list_q's "What's in {d}?" on a
+    folder is not taken for read_q's "What's in {f}?"), allowing the light wrappers of
+    data._wrap_train (a lead-in, a lower-case first letter, no final punctuation mark, a closing
+    word) and nothing else."""
+    body = template.rstrip(".?!")
+    parts = body.split("{f}")
+    assert len(parts) == 2, template
+    pat = r"(\S+?\.\w+)".join(re.escape(p) for p in parts)
+    if body[0].isalpha():
+        pat = "[%s%s]" % (body[0].upper(), body[0].lower()) + pat[1:]
+    pre = "|".join(re.escape(p) for p in data._WRAP_PREFIX)
+    suf = "|".join(re.escape(x) for x in data._WRAP_SUFFIX)
+    return re.compile(r"(?:(?:%s) )?%s[.?!]?(?: (?:%s))?" % (pre, pat, suf), re.S)
+
+
+class TrainValuesAndReadAnswersTest(unittest.TestCase):
+    """Train-only changes against memorised values and contradictory answers: the train value
+    pools grow by EXTRA_TRAIN_* (never a held-out value), a request to show a file is always
+    answered with its text (filler turns included), and the recall opener that reads a file for
+    later uses phrasings of its own (_RECALL_READ_Q, answered with a summary), not read_q."""
+
+    READ_TOOLS = ("file_read", data.MCP_PREFIX + "read_text_file")
+
+    def test_extra_train_values_never_heldout(self):
+        held = _heldout_values()
+        held_lower = {w.lower() for w in held}
+        extras = {"names": data.EXTRA_TRAIN_NAMES, "cities": data.EXTRA_TRAIN_CITIES,
+                  "items": data.EXTRA_TRAIN_ITEMS}
+        for kind, ex in extras.items():
+            self.assertGreater(len(ex), 20, kind)
+            self.assertEqual(len(ex), len(set(ex)), kind)
+            # case-insensitively too: config files carry names lower-cased
+            self.assertFalse({w.lower() for w in ex} & held_lower, kind)
+        all_extra = {w for ex in extras.values() for w in ex}
+        h = data.Values(random.Random(1), "heldout")
+        self.assertEqual(h.names, [n for i, n in enumerate(data.NAMES) if i % 5 == 0])
+        self.assertEqual(h.cities, [c for i, c in enumerate(data.CITIES) if i % 5 == 0])
+        self.assertEqual(h.items, [c for i, c in enumerate(data.ITEMS) if i % 5 == 0])
+        self.assertFalse(all_extra & set(h.names + h.cities + h.items))
+        t = data.Values(random.Random(1), "train")
+        for pool, ex in ((t.names, data.EXTRA_TRAIN_NAMES), (t.cities, data.EXTRA_TRAIN_CITIES),
+                         (t.items, data.EXTRA_TRAIN_ITEMS)):
+            self.assertLessEqual(set(ex), set(pool))
+            self.assertFalse(set(pool) & held)
+        # a few hundred train draws take the extra values, most of them
+        for kind, ex in extras.items():
+            vals = [data.Values(random.Random(k), "train") for k in range(300)]
+            drawn = {v.pick(getattr(v, kind)) for v in vals}
+            self.assertGreater(len(drawn & set(ex)), len(ex) // 3, kind)
+        # and the samples show them: the names and cities of train notool exchanges (capitalised,
+        # so a word match is a value), never in held-out samples
+        caps = [w for w in all_extra if w[0].isupper()]
+        rx = re.compile(r"\b(%s)\b" % "|".join(caps))
+        train_text = "".join(json.dumps(data.make_sample(13, i, "train", "notool")["messages"])
+                             for i in range(300))
+        self.assertGreater(len(set(rx.findall(train_text))), 40)
+        held_text = "".join(json.dumps(data.make_sample(13, i, "heldout", fam, (300, 900))
+                                       ["messages"])
+                            for fam in data.FAMILIES for i in range(25))
+        self.assertEqual(rx.findall(held_text), [])
+
+    def test_train_years_vary_and_skip_the_heldout_ones(self):
+        years = {int(data.Values(random.Random(k), "train").date()[:4]) for k in range(400)}
+        self.assertFalse(years & {2028, 2029})
+        self.assertGreater(len(years), 30)
+        held = {int(data.Values(random.Random(k), "heldout").date()[:4]) for k in range(50)}
+        self.assertEqual(held, {2028, 2029})
+
+    def test_train_read_requests_are_answered_with_the_text(self):
+        read_rx = [_request_rx(t) for t in data.T["read_q"][0]]
+        samples = [data.make_sample(17, i, "train", "recall", (1500, 3000)) for i in range(150)]
+        samples += [data.make_sample(17, 500 + i, "train", "single", (300, 900))
+                    for i in range(150)]
+        samples += [data.make_sample(17, 1000 + i, "train", None, (300, 900)) for i in range(40)]
+        n_checked = n_recall = 0
+        for s in samples:
+            msgs = s["messages"]
+            for k, m in enumerate(msgs):
+                if m["role"] != "user":
+                    continue
+                match = next((x for x in (r.fullmatch(m["content"]) for r in read_rx) if x), None)
+                if match is None:
+                    continue
+                where = (s["id"], m["content"])
+                # one read call of the path the user named, its result, then the final answer
+                call = msgs[k + 1]
+                self.assertEqual(call["role"], "assistant", where)
+                tcs = call.get("tool_calls") or []
+                self.assertEqual(len(tcs), 1, where)
+                self.assertIn(tcs[0]["function"]["name"], self.READ_TOOLS, where)
+                self.assertEqual(tcs[0]["function"]["arguments"]["path"], match.group(1), where)
+                result = msgs[k + 2]
+                self.assertEqual((result["role"], result["tool_call_id"]), ("tool", tcs[0]["id"]))
+                self.assertFalse(result["content"].lower().startswith("error"), where)
+                final = msgs[k + 3]
+                self.assertEqual(final["role"], "assistant", where)
+                self.assertFalse(final.get("tool_calls"), where)
+                self.assertIn(result["content"], final["content"], where)
+                n_checked += 1
+                n_recall += s["family"] == "recall"
+        # filler turns of the recall sessions and the single family's read requests
+        self.assertGreater(n_recall, 100)
+        self.assertGreater(n_checked - n_recall, 10)
+        # the recall opener reads its file with a phrasing of _RECALL_READ_Q, and the answer
+        # summarises (the text comes later, in the graded answer, only as the asked value)
+        opener_rx = [_request_rx(t) for t in data._RECALL_READ_Q]
+        n_open = 0
+        for s in samples[:150]:
+            users = [m["content"] for m in s["messages"] if m["role"] == "user"]
+            n_open += any(r.fullmatch(u) for u in users for r in opener_rx)
+        self.assertGreater(n_open, 30)
+
+    def test_recall_read_phrasings_distinct_and_not_near_heldout(self):
+        held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]
+        self.assertTrue(data.T["read_q"][1])
+        self.assertGreaterEqual(len(set(data._RECALL_READ_Q)), 6)
+        for t in data._RECALL_READ_Q:
+            self.assertEqual(re.findall(r"\{(\w+)\}", t), ["f"], t)
+            for h in held:
+                ratio = difflib.SequenceMatcher(None, _words(h), _words(t)).ratio()
+                self.assertLess(ratio, 0.8, f"train {t!r} is close to held-out {h!r}")
+        # no recall opener reads as a show-me request (of either split): the two get different
+        # answers (a summary vs the text), so one phrasing must not be asked both ways
+        for t in data._RECALL_READ_Q:
+            for q in data.T["read_q"][0] + data.T["read_q"][1]:
+                self.assertIsNone(_request_rx(q).fullmatch(t.format(f="abc/defg.conf")), (t, q))
+            self.assertNotIn(t, data.T["read_q"][0] + data.T["read_q"][1])
+
+
 class ToolTest(unittest.TestCase):
     def test_calculator(self):
         w = data.new_world()

@@ -349,6 +349,49 @@ ITEMS = ["apples", "bolts", "cables", "desks", "eggs", "filters", "gloves", "ham
          "soaps", "tapes", "valves", "wires", "boxes", "chairs", "forks", "sensors"]
 
 
+# Train-only additions to the value lists above (never drawn by the held-out split, none of them a
+# held-out value): with 40 names and 16 cities the model memorised the train values and, given a
+# held-out city ("I live in Hanoi"), answered a train one ("Turin"). Hundreds of values make
+# copying from the context the only way to be right (issue 6: "values varied widely").
+EXTRA_TRAIN_NAMES = [
+    "Aaron", "Abel", "Ada", "Adele", "Adrian", "Agnes", "Aiko", "Aisha", "Alba", "Aldo", "Alma",
+    "Amir", "Amos", "Ana", "Andrei", "Anton", "Arjun", "Astrid", "Aurora", "Axel", "Beatriz",
+    "Bela", "Bianca", "Bjorn", "Bram", "Caleb", "Camila", "Carmen", "Cecil", "Chiara", "Clara",
+    "Colm", "Cyrus", "Dagny", "Dario", "Deepa", "Derya", "Diego", "Dora", "Edgar", "Edith",
+    "Efe", "Eldar", "Elena", "Elias", "Ella", "Emil", "Enzo", "Erik", "Esra", "Ezra", "Fatima",
+    "Femi", "Filip", "Flora", "Frida", "Gabor", "Gael", "Gemma", "Goran", "Hana", "Hamid",
+    "Hedda", "Heidi", "Helga", "Henrik", "Hiro", "Ida", "Igor", "Ilse", "Imani", "Irene",
+    "Isaac", "Ivan", "Jana", "Jasper", "Joao", "Jorge", "Josef", "Juno", "Kai", "Karim",
+    "Kasper", "Katya", "Keanu", "Kofi", "Lars", "Layla", "Leo", "Liam", "Lila", "Linus",
+    "Lucia", "Lukas", "Magnus", "Maja", "Malik", "Mateo", "Maya", "Milan", "Mina", "Moritz",
+    "Nadir", "Naomi", "Nell", "Nico", "Nina", "Noor", "Odile", "Oskar", "Otto", "Paula",
+    "Petra", "Pia", "Radu", "Rafael", "Ravi", "Reza", "Rina", "Ruben", "Ruth", "Saanvi",
+    "Selma", "Sergio", "Silas", "Sofia", "Stella", "Stefan", "Talia", "Teo", "Thea", "Timo",
+    "Ugo", "Ulla", "Valentin", "Vanya", "Wiebke", "Xavier", "Yann", "Yuki", "Zara", "Zeno"]
+EXTRA_TRAIN_CITIES = [
+    "Aarhus", "Accra", "Adelaide", "Antwerp", "Athens", "Austin", "Baku", "Bilbao", "Bogota",
+    "Bonn", "Bremen", "Brno", "Bruges", "Busan", "Cadiz", "Calgary", "Cardiff", "Cusco",
+    "Delft", "Denver", "Dijon", "Dublin", "Durban", "Essen", "Faro", "Fez", "Geneva", "Genoa",
+    "Ghent", "Hamburg", "Havana", "Helsinki", "Izmir", "Jaipur", "Kaunas", "Kiev", "Kobe",
+    "Krakow", "Lagos", "Lahore", "Leipzig", "Lille", "Linz", "Lucerne", "Lyon", "Madrid",
+    "Malaga", "Manila", "Medan", "Minsk", "Mombasa", "Munich", "Muscat", "Nagoya", "Naples",
+    "Nice", "Odense", "Osaka", "Ottawa", "Padua", "Parma", "Pisa", "Poznan", "Prague", "Pune",
+    "Rabat", "Reno", "Rome", "Salzburg", "Seville", "Sofia", "Tartu", "Tbilisi", "Tokyo",
+    "Toledo", "Tunis", "Utrecht", "Valencia", "Verona", "Vienna", "Vilnius", "Warsaw", "York",
+    "Zagreb", "Zurich"]
+EXTRA_TRAIN_ITEMS = [
+    "batteries", "bottles", "brushes", "buckets", "candles", "clamps", "cups", "drills",
+    "envelopes", "fans", "folders", "hinges", "hoses", "keys", "knives", "ladders", "locks",
+    "magnets", "maps", "mops", "notebooks", "plates", "pliers", "ropes", "screws", "shelves",
+    "spoons", "staplers", "towels", "trays", "tubes", "washers"]
+
+
+# Train years: all of 2000-2049 but the held-out two. With 2025-2027 only, the model wrote the
+# train years it knew, or dropped the held-out date's digits ("It is currently 202931" for
+# 2029-12-20 05:31): the years too must be copied, not recalled.
+_TRAIN_YEARS = [y for y in range(2000, 2050) if y not in (2028, 2029)]
+
+
 def _pool_of(word: str) -> str:
     return "heldout" if zlib.crc32(word.encode()) % 5 == 0 else "train"
 
@@ -362,6 +405,9 @@ class Values:
         names = [n for i, n in enumerate(NAMES) if (i % 5 == 0) == (split == "heldout")]
         cities = [c for i, c in enumerate(CITIES) if (i % 5 == 0) == (split == "heldout")]
         items = [c for i, c in enumerate(ITEMS) if (i % 5 == 0) == (split == "heldout")]
+        if split == "train":
+            names, cities, items = (names + EXTRA_TRAIN_NAMES, cities + EXTRA_TRAIN_CITIES,
+                                    items + EXTRA_TRAIN_ITEMS)
         self.names, self.cities, self.items = names, cities, items
         self.hi = 60000 if split == "heldout" else 20000
 
@@ -385,7 +431,7 @@ class Values:
 
     def date(self):
         r = self.r
-        y = r.choice([2025, 2026, 2027]) if self.split == "train" else r.choice([2028, 2029])
+        y = r.choice(_TRAIN_YEARS) if self.split == "train" else r.choice([2028, 2029])
         return f"{y}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
 
     def filename(self, ext=None):
@@ -792,8 +838,18 @@ _RECALL_OPEN_Q = ["Hi.", "Let's get started.", "Hello, I have a few tasks.",  # 
 _RECALL_OPEN_A = ["Hello! What can I do for you?", "Sure, go ahead.",  # the first 2: both
                   "Of course. What do you need?", "Hi! Ready when you are.", "Sure, I'm listening.",
                   "Hello! How can I help?"]
-_FILLER_READ_A = ["Here it is:\n{r}", "{f} has {n} lines.", "{f} says:\n{r}", "Contents:\n{r}",
-                  "{f} is {n} lines long.", "{r}", "I read {f}; it has {n} lines."]
+# A request to show a file is answered with its text, in filler turns as everywhere else (answers
+# that only counted its lines taught "I'd like to see X" -> "X has 4 lines").
+_FILLER_READ_A = ["Here it is:\n{r}", "{f} says:\n{r}", "Contents:\n{r}", "{r}",
+                  "{f} contains:\n{r}"]
+# Train: the recall opener asks to read a file for later, in words of its own, and is answered
+# with a summary. It used read_q, whose every other answer shows the text: the same request had
+# two answers, and held-out "show me X" requests got "X holds 6 settings."
+_RECALL_READ_Q = ["Read {f}; I'll ask you about it later.", "Please read {f} and keep it in mind.",
+                  "Have a look at {f}. I will have questions about it.",
+                  "Take in {f} for now, questions come later.", "Load {f} so you know it.",
+                  "Go through {f}, we'll need it later.", "First, read {f} and remember it.",
+                  "Read {f} for later, no need to show it."]
 
 # Train notool exchanges: (question, answer, field holding the expected value) by sub-kind.
 # Every one is answerable from the message alone; the sample still offers tools. Fields come
@@ -1667,7 +1723,7 @@ def fam_recall(s: Session, v: Values, target_chars):
         s.world["files"][rel] = text
         k = r.choice(list(kv))
         f = s.show_path(rel)
-        s.user(tpl(r, s.split, "read_q").format(f=f))
+        s.user((r.choice(_RECALL_READ_Q) if train else tpl(r, s.split, "read_q")).format(f=f))
         s.call([s.read_call(rel)])
         s.answer(r.choice([f"{f} holds {len(kv)} settings.", "Done, I have read it.",
                            f"It has these keys: {', '.join(kv)}."]
