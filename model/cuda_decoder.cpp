@@ -666,11 +666,14 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   float* qi = ws<float>("qi", (size_t)B * Hi * Di);
   float* wts = ws<float>("wts", (size_t)B * Hi);
   int32_t* topk_ids = ws<int32_t>("topk", (size_t)B * K);
-  // zeroed by one memset at the start of every step: topk_n [B] and the mHC sites' row
-  // counters [B] (hc_mix_collapse's fused hc_post; each site leaves them zero again)
-  int* zeroed = ws<int>("zeroed", 2 * (size_t)B);
+  // zeroed by one memset at the start of every step: topk_n [B], the mHC sites' row counters
+  // [B] (hc_mix_collapse's fused hc_post) and the attention's (row, head group) counters [B × H]
+  // (the split fold in the attention kernel); each kernel leaves its counters zero again
+  const size_t n_zeroed = 2 * (size_t)B + (size_t)B * H;
+  int* zeroed = ws<int>("zeroed", n_zeroed);
   int* topk_n = zeroed;
   unsigned* site_done = zeroed ? reinterpret_cast<unsigned*>(zeroed + B) : nullptr;
+  unsigned* attn_done = zeroed ? reinterpret_cast<unsigned*>(zeroed + 2 * (size_t)B) : nullptr;
   float* h = ws<float>("h", (size_t)B * 2 * F);
   float* act = ws<float>("act", (size_t)B * F);
   float* gl = ws<float>("gate_logits", (size_t)B * std::max(1, E));
@@ -760,7 +763,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   auto enqueue = [&]() -> status {
     // ---- embedding: hc copies; the first block collapses with pre = e0 ----------------------
     CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
-    CEDAR_CU(cudaMemsetAsync(zeroed, 0, sizeof(int) * 2 * (size_t)B, stream_), "cuda backend: memset");
+    CEDAR_CU(cudaMemsetAsync(zeroed, 0, sizeof(int) * n_zeroed, stream_), "cuda backend: memset");
     CEDAR_TRY(kcu::embed_rows(embed_, d_tok, B, hc, X, stream_));
     CEDAR_CU(cudaMemcpyAsync(pre, at(o_e0), sizeof(float) * (size_t)B * hc, cudaMemcpyDeviceToDevice, stream_),
              "cuda backend: pre");
@@ -891,6 +894,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         ap.max_keys = W + (src >= 0 ? K : 0);
         ap.workspace = attn_ws;
         ap.workspace_floats = attn_ws_floats;
+        ap.done = attn_done;
         CEDAR_TRY(kcu::sparse_attention(ap, stream_));
       }
       {

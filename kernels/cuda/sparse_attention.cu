@@ -4,7 +4,9 @@
 // output (online softmax). Shared memory: q [HB, D] + tile [TK, D] + probabilities [HB, TK] +
 // output accumulators [HB, D], fp32. Splits (flash-decoding): a decode batch of one row has
 // too few (row, head group) pairs to fill the GPU, so the keys are cut into whole-tile ranges,
-// each block leaves its (max, sum, output) in the workspace and a second kernel folds them.
+// each block leaves its (max, sum, output) in the workspace and the splits are folded: by the
+// last block of each (row, head group) to finish when the caller gives `done` counters (counted
+// with an atomic, as the mHC site does; no second launch), else by a second kernel.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
@@ -42,9 +44,60 @@ __device__ __forceinline__ float rope_channel(const sparse_attention_params& p, 
   return (k & 1) == 0 ? __fsub_rn(__fmul_rn(e, cs), __fmul_rn(o, sn)) : __fadd_rn(__fmul_rn(e, sn), __fmul_rn(o, cs));
 }
 
+constexpr int k_max_splits = 64;
+
+// Folds the splits' partial states of (row r, head h) and the sink into p.out, with all the
+// block's threads (an empty split has max −inf and contributes nothing). Warp 0 reduces the
+// splits' maxima and sums with shuffles and leaves each split's weight exp(m_s − m) in wsplit
+// [splits]; every thread then sums its channels over the splits with independent loads into
+// orow [D], and the inverse RoPE is applied on the way out. orow, wsplit and s_den are shared
+// memory; the partials are read through L2 (__ldcg: other blocks of this grid wrote them).
+__device__ void combine_head(const sparse_attention_params& p, int splits, int r, int h, float* orow, float* wsplit,
+                             float* s_den) {
+  const int D = p.D;
+  const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
+  const float* po = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h) * splits * D;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float ms[2], ls[2];
+    float m = p.sink[h];
+    for (int k = 0; k < 2; ++k) {
+      const int s = lane + 32 * k;
+      ms[k] = s < splits ? __ldcg(ml + 2 * s) : -INFINITY;
+      ls[k] = s < splits ? __ldcg(ml + 2 * s + 1) : 0.0f;
+      m = fmaxf(m, ms[k]);
+    }
+    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float den = 0.0f;
+    for (int k = 0; k < 2; ++k) {
+      const int s = lane + 32 * k;
+      const float w = ms[k] == -INFINITY ? 0.0f : __expf(ms[k] - m);
+      if (s < splits) wsplit[s] = w;
+      den += ls[k] * w;
+    }
+    for (int off = 16; off; off >>= 1) den += __shfl_xor_sync(0xffffffffu, den, off);
+    if (lane == 0) *s_den = den + __expf(p.sink[h] - m);
+  }
+  __syncthreads();
+  const float inv = 1.0f / *s_den;
+  for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    float o = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) o += __ldcg(po + (size_t)s * D + c) * wsplit[s];
+    orow[c] = o * inv;
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < D; c += blockDim.x)
+    p.out[((size_t)r * p.H + h) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int j) { return orow[j]; });
+  __syncthreads();  // orow and wsplit are free again
+}
+
 // grid (R, head groups, splits). With splits == 1 the block writes the output; else it writes
-// its key range's partial state (max, sum, unnormalised output) to p.workspace for
-// sparse_attention_combine.
+// its key range's partial state (max, sum, unnormalised output) to p.workspace, and the last
+// block of its (row, head group) folds them (p.done) or sparse_attention_combine does.
+// kFold: the split fold is compiled in only where it is used (its code made the kernel slower
+// at batch 64, where the keys are not split: 12.4 -> 13.2 ms per step of the 1.2 B model).
+template <bool kFold>
 __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int splits) {
   pdl_entry();
   extern __shared__ float smem[];
@@ -192,6 +245,20 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
       const int h = i / D;
       po[(((size_t)r * p.H + h0 + h) * splits + split) * D + (i - h * D)] = acc[i];
     }
+    if (!kFold || !p.done) return;
+    // the (row, head group)'s last split block to finish folds the splits, in the shared memory
+    // of q (orow, D <= hb * D floats) and of the tile (wsplit, splits <= 64 <= k_tile * D)
+    __shared__ unsigned last;
+    __shared__ float s_den;
+    unsigned* cnt = p.done + (size_t)r * gridDim.y + blockIdx.y;
+    __threadfence();  // this block's partials are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt, 1u) == (unsigned)splits - 1 ? 1u : 0u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int h = 0; h < nh; ++h) combine_head(p, splits, r, h0 + h, qs, ts, &s_den);
+    if (threadIdx.x == 0) *cnt = 0;  // ready for the next launch
     return;
   }
   // the sink joins the denominator only; the inverse RoPE (when given) on the way out
@@ -206,52 +273,13 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
   }
 }
 
-// One block per (row, head): folds the splits' partial states and the sink (an empty split
-// has max −inf and contributes nothing). Warp 0 reduces the splits' maxima and sums with
-// shuffles and leaves each split's weight exp(m_s − m) in shared memory; every thread then
-// sums its channels over the splits with independent loads.
-constexpr int k_max_splits = 64;
-
+// One block per (row, head): the splits' fold when no `done` counters are given.
 __global__ void sparse_attention_combine(sparse_attention_params p, int splits) {
   pdl_entry();
   extern __shared__ float orow[];  // [D] the row's output before the inverse RoPE
   __shared__ float wsplit[k_max_splits];
   __shared__ float s_den;
-  const int r = blockIdx.x, h = blockIdx.y, D = p.D;
-  const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
-  const float* po = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h) * splits * D;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float ms[2], ls[2];
-    float m = p.sink[h];
-    for (int k = 0; k < 2; ++k) {
-      const int s = lane + 32 * k;
-      ms[k] = s < splits ? ml[2 * s] : -INFINITY;
-      ls[k] = s < splits ? ml[2 * s + 1] : 0.0f;
-      m = fmaxf(m, ms[k]);
-    }
-    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float den = 0.0f;
-    for (int k = 0; k < 2; ++k) {
-      const int s = lane + 32 * k;
-      const float w = ms[k] == -INFINITY ? 0.0f : __expf(ms[k] - m);
-      if (s < splits) wsplit[s] = w;
-      den += ls[k] * w;
-    }
-    for (int off = 16; off; off >>= 1) den += __shfl_xor_sync(0xffffffffu, den, off);
-    if (lane == 0) s_den = den + __expf(p.sink[h] - m);
-  }
-  __syncthreads();
-  const float inv = 1.0f / s_den;
-  for (int c = threadIdx.x; c < D; c += blockDim.x) {
-    float o = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) o += po[(size_t)s * D + c] * wsplit[s];
-    orow[c] = o * inv;
-  }
-  __syncthreads();
-  for (int c = threadIdx.x; c < D; c += blockDim.x)
-    p.out[((size_t)r * p.H + h) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int j) { return orow[j]; });
+  combine_head(p, splits, blockIdx.x, blockIdx.y, orow, wsplit, &s_den);
 }
 
 // Heads per block, splits over the keys and the workspace they need.
@@ -337,16 +365,18 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   const int splits = p.workspace && p.workspace_floats >= ls.workspace_floats ? ls.splits : 1;
   // the opt-in above 48 KB, set once per size increase (a per-launch call costs host time);
   // like `sms`, kept for the first device a process uses (the executor drives one device)
-  static size_t smem_optin = 48 * 1024;
-  if (smem > smem_optin) {
-    CEDAR_CUDA_TRY(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+  const bool fold = splits > 1 && p.done;
+  auto* kernel = fold ? sparse_attention_kernel<true> : sparse_attention_kernel<false>;
+  static size_t smem_optin[2] = {48 * 1024, 48 * 1024};  // per instantiation
+  if (smem > smem_optin[fold]) {
+    CEDAR_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                    "cuda::sparse_attention: shared memory attribute");
-    smem_optin = smem;
+    smem_optin[fold] = smem;
   }
   dim3 grid((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)splits);
-  launch_kernel(sparse_attention_kernel, grid, k_threads, smem, stream, p, hb, splits);
+  launch_kernel(kernel, grid, k_threads, smem, stream, p, hb, splits);
   CEDAR_CUDA_LAUNCHED("cuda::sparse_attention");
-  if (splits > 1) {
+  if (splits > 1 && !fold) {
     launch_kernel(sparse_attention_combine, dim3((unsigned)p.R, (unsigned)p.H), 128, sizeof(float) * (size_t)p.D, stream,
                   p, splits);
     CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (combine)");

@@ -54,6 +54,10 @@ struct sparse_attention_params {
   int max_keys = 0;
   float* workspace = nullptr;
   size_t workspace_floats = 0;
+  // optional, with the split: done [R × H] counters, zero before the launch and left zero after
+  // it. Given, the last split block of each (row, head group) folds the splits' partial states
+  // (one launch); without, a second kernel does (two launches, the same results bit for bit).
+  unsigned* done = nullptr;
 };
 
 // Workspace the split path needs for these shapes (0: no split would be used).

@@ -131,22 +131,33 @@ TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
   if (c.K > 0) { p.main = d_main_ptr.p; p.sel = dsel.p; p.nsel = dns.p; p.K = c.K; }
   p.out = dout.p;
   p.max_keys = c.W + c.K;
-  // both paths: every key range in one block, then (when these shapes split) the keys cut
-  // over several blocks and folded by the combine kernel
+  // the three paths: every key range in one block; then (when these shapes split) the keys cut
+  // over several blocks and folded by the combine kernel; then folded by the last block of each
+  // (row, head group), counted in `done` — the same bits as the combine kernel, and the
+  // counters left zero, twice in a row (the second launch reuses them)
   const size_t wsf = cu::sparse_attention_workspace_floats(p);
   dev_array<float> dwork(std::max<size_t>(1, wsf));
+  dev_array<unsigned> ddone(std::vector<unsigned>((size_t)c.R * c.H, 0u));
+  std::vector<float> two_kernels;
   double worst = 0;
-  for (int pass = 0; pass < (wsf > 0 ? 2 : 1); ++pass) {
+  for (int pass = 0; pass < (wsf > 0 ? 4 : 1); ++pass) {
     if (pass == 1) {
       p.workspace = dwork.p;
       p.workspace_floats = wsf;
       dwork.poison();
     }
+    if (pass >= 2) p.done = ddone.p;
     dout.poison();
     auto st = cu::sparse_attention(p, nullptr);
     ASSERT_TRUE(st.ok()) << st.err().message;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto got = dout.download();
+    if (pass == 1) two_kernels = got;
+    if (pass >= 2) {
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], two_kernels[i]) << "fold in the attention kernel, launch " << pass - 1 << ", output " << i;
+      for (unsigned d : ddone.download()) ASSERT_EQ(d, 0u) << "a done counter was not left zero";
+    }
     for (size_t i = 0; i < ref.size(); ++i) {
       ASSERT_TRUE(std::isfinite(got[i])) << "output " << i << " not written (pass " << pass << ")";
       const double err = std::fabs((double)got[i] - ref[i]) / (1e-3 + std::fabs((double)ref[i]));
@@ -170,6 +181,7 @@ TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
     for (int pass = 0; pass < (wsf > 0 ? 2 : 1); ++pass) {
       p.workspace = pass ? dwork.p : nullptr;
       p.workspace_floats = pass ? wsf : 0;
+      p.done = pass ? ddone.p : nullptr;
       dq2.upload(q);
       ASSERT_TRUE(cu::rope_rows(dq2.p, c.R, c.H, c.D, np, dcos.p, dsin.p, false, nullptr).ok());
       p.q = dq2.p, p.out = dref.p, p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0;
@@ -183,7 +195,7 @@ TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_EQ(got[i], want[i]) << "fused RoPE, pass " << pass << ", output " << i;
     }
-    p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0, p.q = dq.p, p.out = dout.p;
+    p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0, p.q = dq.p, p.out = dout.p, p.done = nullptr;
   }
   std::printf("(split path: %s) ", wsf > 0 ? "tested" : "not used at these shapes");
   std::printf("R=%d H=%d D=%d W=%d E=%d K=%d: worst scaled error %.2e\n", c.R, c.H, c.D, c.W, c.E, c.K, worst);
