@@ -386,9 +386,9 @@ EXTRA_TRAIN_ITEMS = [
     "spoons", "staplers", "towels", "trays", "tubes", "washers"]
 
 
-# Train years: all of 2000-2049 but the held-out two. With 2025-2027 only, the model wrote the
-# train years it knew, or dropped the held-out date's digits ("It is currently 202931" for
-# 2029-12-20 05:31): the years too must be copied, not recalled.
+# Train years: all of 2000-2049 but the held-out two. With 2025-2027 only, the model cut the
+# held-out dates it had to copy ("It is currently 202931" for 2029-12-20 05:31): the years too
+# must be copied, not recalled.
 _TRAIN_YEARS = [y for y in range(2000, 2050) if y not in (2028, 2029)]
 
 
@@ -1691,8 +1691,7 @@ def _filler_turn(s: Session, v: Values, files):
         s.user(tpl(r, "train" if s.split == "train" else "heldout", "read_q").format(f=s.show_path(rel)))
         res = s.call([s.read_call(rel)])[0]
         if s.split == "train":
-            s.answer(r.choice(_FILLER_READ_A).format(f=s.show_path(rel), r=res,
-                                                     n=len(res.splitlines())))
+            s.answer(r.choice(_FILLER_READ_A).format(f=s.show_path(rel), r=res))
         else:
             s.answer(f"Here it is:\n{res}" if r.random() < 0.5
                      else f"{s.show_path(rel)} has {len(res.splitlines())} lines.")
