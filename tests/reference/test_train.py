@@ -273,6 +273,30 @@ class TrainTest(unittest.TestCase):
         for a, b in zip(ref, got):
             self.assertLess(float((a - b).abs().max()), 1e-5 * float(a.abs().max()) + 1e-7)
 
+    def test_sinkhorn_backward_is_the_eager_gradient(self):
+        """The custom Sinkhorn Function gives sinkhorn_eager's values bit for bit and its
+        gradient (float64, against autograd through the eager loop; gradcheck too), so the
+        trainer's cheaper backward changes no forward value and no gradient."""
+        from cedar_ref.model import sinkhorn, sinkhorn_eager
+        g = torch.Generator().manual_seed(5)
+        for dtype, iters in ((torch.float32, 20), (torch.float64, 20), (torch.float64, 1), (torch.float64, 3)):
+            x = (torch.softmax(torch.randn(3, 5, 4, 4, generator=g, dtype=dtype) * 2, -1) + 1e-6).requires_grad_()
+            up = torch.randn(3, 5, 4, 4, generator=g, dtype=dtype)
+            y = sinkhorn(x, iters, 1e-6)
+            self.assertIsNot(y.grad_fn, None)
+            self.assertIn("Sinkhorn", type(y.grad_fn).__name__)
+            self.assertTrue(torch.equal(y.detach(), sinkhorn_eager(x.detach(), iters, 1e-6)))
+            (gx,) = torch.autograd.grad((y * up).sum(), x)
+            x2 = x.detach().clone().requires_grad_()
+            (gref,) = torch.autograd.grad((sinkhorn_eager(x2, iters, 1e-6) * up).sum(), x2)
+            tol = 1e-12 if dtype == torch.float64 else 1e-5
+            self.assertLess(float((gx - gref).abs().max()), tol * (1 + float(gref.abs().max())), (dtype, iters))
+            self.assertGreater(float(gref.abs().max()), 1e-3)
+        x = (torch.softmax(torch.randn(2, 4, 4, generator=g, dtype=torch.float64), -1) + 1e-6).requires_grad_()
+        self.assertTrue(torch.autograd.gradcheck(lambda t: sinkhorn(t, 20, 1e-6), (x,)))
+        with torch.no_grad():  # no graph wanted: the eager loop, same values
+            self.assertTrue(torch.equal(sinkhorn(x, 20, 1e-6), sinkhorn_eager(x, 20, 1e-6)))
+
     def test_batching_budget(self):
         items = [(np.zeros(n, np.int32), np.ones(n, np.uint8), 0) for n in (10, 70, 130, 300, 700)]
         groups = TC.make_batches(items, max_tokens=1024, max_sq=1e6)

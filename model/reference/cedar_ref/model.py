@@ -501,6 +501,51 @@ class Engram(nn.Module):
         return h + gate.unsqueeze(-1) * value.float().unsqueeze(-2)
 
 
+def sinkhorn_eager(comb, iters, eps):
+    """mHC's Sinkhorn normalisation of comb [..., hc, hc]: columns, then (rows, columns) x
+    (iters - 1), each x / (sum + eps). The definition; `sinkhorn` computes the same values."""
+    comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (comb.sum(-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(-2, keepdim=True) + eps)
+    return comb
+
+
+class _Sinkhorn(torch.autograd.Function):
+    """sinkhorn_eager's ops in the same order (bit-identical values) without recording 2*iters-1
+    autograd nodes; the backward applies each normalisation's vector-Jacobian product in reverse:
+    y = x / (sum_a x + eps)  =>  dx = (dy - sum_a(dy * y)) / (sum_a x + eps). About a third of
+    the eager backward's ops; with 20 iterations on every block's two mixes, Sinkhorn was a
+    quarter of a training step's kernel launches."""
+
+    @staticmethod
+    def forward(ctx, comb, iters, eps):
+        axes = [-2] + [-1, -2] * (iters - 1)
+        saved = []
+        for a in axes:
+            den = comb.sum(a, keepdim=True) + eps
+            comb = comb / den
+            saved += [comb, den]
+        ctx.axes = axes
+        ctx.save_for_backward(*saved)
+        return comb
+
+    @staticmethod
+    def backward(ctx, g):
+        saved = ctx.saved_tensors
+        for i in range(len(ctx.axes) - 1, -1, -1):
+            y, den = saved[2 * i], saved[2 * i + 1]
+            g = (g - (g * y).sum(ctx.axes[i], keepdim=True)) / den
+        return g, None, None
+
+
+def sinkhorn(comb, iters, eps):
+    """Sinkhorn for the model: the custom backward when a gradient is wanted."""
+    if torch.is_grad_enabled() and comb.requires_grad:
+        return _Sinkhorn.apply(comb, iters, eps)
+    return sinkhorn_eager(comb, iters, eps)
+
+
 class Block(nn.Module):
     def __init__(self, cfg, layer):
         super().__init__()
@@ -529,11 +574,7 @@ class Block(nn.Module):
         pre = torch.sigmoid(m[..., :hc] * scale[0] + base[:hc]) + cfg.hc_eps
         post = 2 * torch.sigmoid(m[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
         logits = (m[..., 2 * hc:] * scale[2] + base[2 * hc:]).view(*m.shape[:-1], hc, hc)
-        comb = torch.softmax(logits, -1) + cfg.hc_eps
-        comb = comb / (comb.sum(-2, keepdim=True) + cfg.hc_eps)
-        for _ in range(cfg.hc_sinkhorn_iters - 1):
-            comb = comb / (comb.sum(-1, keepdim=True) + cfg.hc_eps)
-            comb = comb / (comb.sum(-2, keepdim=True) + cfg.hc_eps)
+        comb = sinkhorn(torch.softmax(logits, -1) + cfg.hc_eps, cfg.hc_sinkhorn_iters, cfg.hc_eps)
         return pre, post, comb
 
     @staticmethod
