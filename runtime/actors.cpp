@@ -758,7 +758,7 @@ std::string tool_schema_json(const tools::tool& t) {
   nlohmann::ordered_json o;
   o["type"] = "function";
   o["function"] = fn;
-  return o.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return cedar::tools::json_dump_ordered(o);
 }
 
 namespace {

@@ -26,6 +26,7 @@
 #include "runtime/cedar.hpp"
 #include "runtime/cmd_sessions.hpp"
 #include "runtime/shutdown_signals.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 namespace {
@@ -185,7 +186,7 @@ int cmd_run(agent_args a, const std::string& task) {
     std::fprintf(stderr, "cedar run: %s\n", r.err().message.c_str());
     return 1;
   }
-  if (a.json) std::printf("%s\n", to_json(*r, ag->session()).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  if (a.json) std::printf("%s\n", cedar::tools::json_dump(to_json(*r, ag->session()), 2).c_str());
   else print_summary(*r, ag->session());
   if (stopped_by != 0) {
     std::fprintf(stderr, "cedar run: %s, turn cancelled\n", shutdown_signals::name(stopped_by));

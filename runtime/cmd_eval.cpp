@@ -31,6 +31,7 @@
 #include "kernels/base/log.hpp"
 #include "model/model_dir.hpp"
 #include "runtime/builtin_tools.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 
@@ -242,7 +243,7 @@ std::string eval_transcript_json(const eval_task& t, const eval_outcome& o) {
   njson j{{"id", o.id}, {"family", o.family}, {"ok", o.ok}, {"expect", t.expect.regex.empty() ? t.expect.text : "/" + t.expect.regex + "/"},
           {"answer", o.answer},
           {"error", o.error}, {"steps", std::move(steps)}};
-  return j.dump(1, ' ', false, njson::error_handler_t::replace);
+  return cedar::tools::json_dump(j, 1);
 }
 
 std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_settings& s, bool details,
@@ -312,7 +313,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
                       {"answer", o.answer}, {"seconds", o.seconds}});
     j["results"] = list;
   }
-  return j.dump(1, ' ', false, njson::error_handler_t::replace);
+  return cedar::tools::json_dump(j, 1);
 }
 
 void add_eval_command(CLI::App& app, int* exit_code) {

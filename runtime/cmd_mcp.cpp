@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tools_mcp/json.hpp"
 #include "tools_mcp/mcp_client.hpp"
 #include "tools_mcp/mcp_config.hpp"
 #include "tools_mcp/tool_registry.hpp"
@@ -90,7 +91,7 @@ int run_list(const mcp_args& a) {
     }
     reg.close_servers();
   }
-  if (a.json_out) std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+  if (a.json_out) std::printf("%s\n", cedar::tools::json_dump(out, 2).c_str());
   return code;
 }
 
@@ -133,7 +134,7 @@ int run_call(const mcp_args& a) {
     json out = {{"isError", r->is_error}, {"content", json::array()}};
     for (const auto& b : r->content) out["content"].push_back(b.raw.is_null() ? json{{"type", "text"}, {"text", b.text}} : b.raw);
     if (r->structured) out["structuredContent"] = *r->structured;
-    std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    std::printf("%s\n", cedar::tools::json_dump(out, 2).c_str());
   } else {
     std::string text = r->to_text();
     std::fprintf(r->is_error ? stderr : stdout, "%s%s\n", r->is_error ? "tool error: " : "", text.c_str());

@@ -115,7 +115,7 @@ int model_info(const std::string& path, bool json) {
   j["bf16_to_persistent_ratio"] = f.compression_ratio;
 
   if (json) {
-    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", cedar::tools::json_dump(j, 2).c_str());
     return 0;
   }
   for (auto& [k, v] : j.items()) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sessions/store.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 namespace {
@@ -108,7 +109,7 @@ int cmd_list(const sessions_args& a) {
   if (a.json_out) {
     json arr = json::array();
     for (const auto& s : *list) arr.push_back(session_json(s));
-    std::printf("%s\n", arr.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", cedar::tools::json_dump(arr, 2).c_str());
     return 0;
   }
   std::printf("%-6s %-12s %6s %9s %-7s %-20s %s\n", "ID", "STATUS", "TURNS", "TOKENS", "PARENT",
@@ -167,7 +168,7 @@ int cmd_show(const sessions_args& a) {
     auto space = s.page_stats();
     if (!space) return fail(space.err());
     j["page_file"] = page_stats_json(*space);
-    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", cedar::tools::json_dump(j, 2).c_str());
     return 0;
   }
   std::printf("session %lld  (%s)\n", static_cast<long long>(info->id), info->agent.c_str());
@@ -220,7 +221,7 @@ int cmd_export(const sessions_args& a) {
   }
   json out = {{"format", "cedar.transcript"}, {"version", 1}, {"session", session_json(*info)},
               {"items", std::move(arr)}};
-  std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  std::printf("%s\n", cedar::tools::json_dump(out, 2).c_str());
   return 0;
 }
 
@@ -243,7 +244,7 @@ int cmd_compact(const sessions_args& a) {
   auto after = (*st)->compact_pages();
   if (!after) return fail(after.err());
   if (a.json_out) {
-    std::printf("%s\n", json({{"before", page_stats_json(*before)}, {"after", page_stats_json(*after)}}).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", cedar::tools::json_dump(json({{"before", page_stats_json(*before)}, {"after", page_stats_json(*after)}}), 2).c_str());
     return 0;
   }
   print_page_stats(*after);

@@ -678,19 +678,18 @@ result<completion_result> completion_service::complete(const completion_request&
   njson calls = njson::array();
   for (const auto& call : out.calls) calls.push_back({{"id", call.id}, {"name", call.name}, {"arguments", call.arguments_json}});
   c.items.push_back(item_msg{"assistant",
-                             njson{{"content", out.content}, {"tool_calls", calls}, {"stopped", d.stopped},
+                             cedar::tools::json_dump(njson{{"content", out.content}, {"tool_calls", calls}, {"stopped", d.stopped},
                                    {"parse_errors", out.parse_errors}, {"resume_path", d.resume_path},
                                    {"n_prompt", d.n_prompt}, {"n_generated", d.n_generated},
                                    {"n_replayed", d.n_replayed}, {"context", d.context},
                                    {"resume_ms", d.resume_ms}, {"prefill_ms", d.prefill_ms},
                                    {"decode_ms", d.decode_ms}, {"finish_reason", out.finish_reason},
-                                   {"source", "openai"}, {"faithful", faithful}}
-                                 .dump(-1, ' ', false, njson::error_handler_t::replace),
+                                   {"source", "openai"}, {"faithful", faithful}}),
                              end - uint64_t(d.generated.size() + forced.size()), end, 0});
   for (const auto& call : out.calls)
     c.items.push_back(item_msg{"tool_call",
-                               njson{{"id", call.id}, {"name", call.name}, {"arguments", call.arguments_json}, {"error", ""}}
-                                   .dump(-1, ' ', false, njson::error_handler_t::replace),
+                               cedar::tools::json_dump(njson{{"id", call.id}, {"name", call.name},
+                                                             {"arguments", call.arguments_json}, {"error", ""}}),
                                0, 0, 0});
   c.first_token = d.first_token;
   c.tokens = d.tokens;

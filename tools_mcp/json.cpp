@@ -50,7 +50,13 @@ result<json> json_parse(std::string_view text, std::string_view what) {
   return from_dom(root);
 }
 
-std::string json_dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string json_dump(const json& v, int indent) {
+  return v.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+std::string json_dump_ordered(const nlohmann::ordered_json& v, int indent) {
+  return v.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 const json* json_member(const json& obj, std::string_view key) {
   if (!obj.is_object()) return nullptr;

@@ -20,8 +20,12 @@ using json = nlohmann::json;
 // reason.
 result<json> json_parse(std::string_view text, std::string_view what = "JSON");
 
-// Compact serialisation; invalid UTF-8 is replaced by U+FFFD.
-std::string json_dump(const json& v);
+// Serialisation that never throws: invalid UTF-8 is replaced by U+FFFD. Compact by default;
+// indent >= 0 pretty-prints with that many spaces per level (CLI output). json_dump_ordered keeps
+// insertion order (canonical tool descriptions); a separate name, so that scalars still convert
+// to `json` without ambiguity.
+std::string json_dump(const json& v, int indent = -1);
+std::string json_dump_ordered(const nlohmann::ordered_json& v, int indent = -1);
 
 // Non-throwing lookups: the member if `obj` is an object holding `key` of the wanted kind.
 const json* json_member(const json& obj, std::string_view key);

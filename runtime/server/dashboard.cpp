@@ -16,6 +16,7 @@
 #include "runtime/observer.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/server/dashboard_assets.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 
@@ -302,7 +303,7 @@ njson mcp_json(dashboard_state& st) {
 void send_json(httplib::Response& res, const njson& j, int status = 200) {
   res.status = status;
   res.set_header("Cache-Control", "no-store");
-  res.set_content(j.dump(-1, ' ', false, njson::error_handler_t::replace), "application/json");
+  res.set_content(cedar::tools::json_dump(j), "application/json");
 }
 
 void send_error(httplib::Response& res, int status, const std::string& msg) {
@@ -467,7 +468,7 @@ void mount_dashboard(httplib::Server& svr, agent_runtime& rt) {
           for (const auto& e : evs) {
             after = e.seq;
             out += "id: " + std::to_string(e.seq) + "\ndata: " +
-                   e.to_json().dump(-1, ' ', false, njson::error_handler_t::replace) + "\n\n";
+                   cedar::tools::json_dump(e.to_json()) + "\n\n";
           }
           if (out.empty()) out = ": ping\n\n";
           return sink.write(out.data(), out.size());

@@ -19,6 +19,7 @@
 #include "runtime/cedar.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "runtime/server/request_parse.hpp"
+#include "tools_mcp/json.hpp"
 
 namespace cedar::runtime {
 
@@ -30,7 +31,7 @@ std::string json_error(const std::string& message, const std::string& type, cons
   njson e{{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) e["param"] = param;
   if (!code.empty()) e["code"] = code;
-  return njson{{"error", e}}.dump(-1, ' ', false, njson::error_handler_t::replace);
+  return cedar::tools::json_dump(njson{{"error", e}});
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param,

@@ -57,7 +57,7 @@ route_mount openai_api_mount() {
     const std::string model_id = svc->model_id();
 
     svr.Get("/v1/models", [model_id](const httplib::Request&, httplib::Response& res) {
-      res.set_content(njson{{"object", "list"}, {"data", njson::array({model_json(model_id)})}}.dump(), "application/json");
+      res.set_content(cedar::tools::json_dump(njson{{"object", "list"}, {"data", njson::array({model_json(model_id)})}}), "application/json");
     });
     svr.Get(R"(/v1/models/([^/]+))", [model_id](const httplib::Request& req, httplib::Response& res) {
       if (req.matches[1] != model_id) {

@@ -67,6 +67,23 @@ TEST(json_schema, combinators_and_schema_checks) {
   EXPECT_NE(why(schema_validate(nested, J(deep.c_str()))).find("deeper than 64"), std::string::npos);
 }
 
+TEST(json_dump, compact_pretty_ordered_and_invalid_utf8) {
+  json v = J(R"({"b": [1, 2], "a": "x"})");
+  EXPECT_EQ(json_dump(v), R"({"a":"x","b":[1,2]})");
+  EXPECT_EQ(json_dump(v, 2), "{\n  \"a\": \"x\",\n  \"b\": [\n    1,\n    2\n  ]\n}");
+  nlohmann::ordered_json o;
+  o["z"] = 1;
+  o["a"] = 2;
+  EXPECT_EQ(json_dump_ordered(o), R"({"z":1,"a":2})");  // insertion order kept
+  // a string that is not UTF-8 (a tool's raw bytes) is replaced, never thrown, compact or not
+  json bad = {{"text", std::string("ok \xff end")}};
+  EXPECT_EQ(json_dump(bad), "{\"text\":\"ok \xEF\xBF\xBD end\"}");
+  EXPECT_NE(json_dump(bad, 1).find("\xEF\xBF\xBD"), std::string::npos);
+  nlohmann::ordered_json bad_o;
+  bad_o["text"] = std::string("\xc3");
+  EXPECT_EQ(json_dump_ordered(bad_o), "{\"text\":\"\xEF\xBF\xBD\"}");
+}
+
 TEST(mcp_config, parses_both_shapes_and_rejects_bad_input) {
   auto r = mcp::parse_mcp_config(R"({"mcpServers":{
       "fs":{"command":"node","args":["a.js","/tmp"],"env":{"K":"V"}},
