@@ -6,8 +6,11 @@ Batches mimic the training mix: rows of one length T per batch (the trainer grou
 B = max_tokens // T. Stage B and C steps (C adds FP4 STE, the candidate pool and one
 bounded-replay tail). Prints one line per (stage, T, path) and the sparse/dense ratio; --json
 writes the table; --profile prints the top GPU/CPU ops of one sparse stage-C step.
+--sinkhorn adds a third path: the sparse step with mHC's Sinkhorn differentiated through the
+eager loop (sinkhorn_eager, the trainer before its custom backward), and prints sparse/that.
 
   python3 bench/bench_train_step.py --lengths 1024 2048 3584 --max-tokens 98304 [--json F]
+  python3 bench/bench_train_step.py --lengths 2048 --stages C --skip-dense-above 0 --sinkhorn
 """
 import argparse
 import json
@@ -20,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
+from cedar_ref import model as M  # noqa: E402
 from cedar_ref import train_core as TC  # noqa: E402
 from cedar_ref.config import ModelConfig  # noqa: E402
 
@@ -35,6 +39,8 @@ def main():
     ap.add_argument("--skip-dense-above", type=int, default=1 << 30,
                     help="no dense baseline for T above this (memory)")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--sinkhorn", action="store_true",
+                    help="also time the sparse step with the eager Sinkhorn backward (baseline)")
     ap.add_argument("--json", help="write the table here")
     args = ap.parse_args()
 
@@ -53,6 +59,7 @@ def main():
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
+    custom_sinkhorn = M.sinkhorn
     rows = []
     for stage in args.stages:
         for T in args.lengths:
@@ -63,10 +70,11 @@ def main():
             lens = torch.full((B,), T, device=dev)
             starts = torch.full((B,), max(cfg.sliding_window, T - 160), device=dev)
             res = {}
-            for path in ("dense", "sparse"):
+            for path in ("dense", "sparse") + (("eager-sinkhorn",) if args.sinkhorn else ()):
                 if path == "dense" and T > args.skip_dense_above:
                     continue
-                TC.apply_stage(m, stage, base, sparse=(path == "sparse"))
+                TC.apply_stage(m, stage, base, sparse=(path != "dense"))
+                M.sinkhorn = M.sinkhorn_eager if path == "eager-sinkhorn" else custom_sinkhorn
                 rng = random.Random(0)
                 step = lambda: TC.train_step(m, opt, tracker, (ids, mask, lens, starts), stage, 0.0,  # noqa: E731
                                              replay_rows=1 if stage == "C" else 0, autocast=autocast,
@@ -89,10 +97,14 @@ def main():
                 res[path] = B * T / dt
                 rows.append({"stage": stage, "T": T, "B": B, "path": path, "s_per_step": dt,
                              "tok_per_s": B * T / dt, "peak_gib": peak})
-                print(f"stage {stage} T={T:5d} B={B:3d} {path:6s}: {dt * 1000:8.1f} ms/step "
+                print(f"stage {stage} T={T:5d} B={B:3d} {path:14s}: {dt * 1000:8.1f} ms/step "
                       f"{B * T / dt:10.0f} tok/s  peak {peak:6.1f} GiB", flush=True)
             if "dense" in res and "sparse" in res:
                 print(f"stage {stage} T={T:5d}: sparse/dense = {res['sparse'] / res['dense']:.2f}x", flush=True)
+            if "eager-sinkhorn" in res and "sparse" in res:
+                print(f"stage {stage} T={T:5d}: sparse/eager-sinkhorn = "
+                      f"{res['sparse'] / res['eager-sinkhorn']:.2f}x", flush=True)
+    M.sinkhorn = custom_sinkhorn
     if args.profile and dev.type == "cuda":
         from torch.profiler import ProfilerActivity, profile
         T = args.lengths[len(args.lengths) // 2]
