@@ -514,9 +514,9 @@ def sinkhorn_eager(comb, iters, eps):
 class _Sinkhorn(torch.autograd.Function):
     """sinkhorn_eager's ops in the same order (bit-identical values) without recording 2*iters-1
     autograd nodes; the backward applies each normalisation's vector-Jacobian product in reverse:
-    y = x / (sum_a x + eps)  =>  dx = (dy - sum_a(dy * y)) / (sum_a x + eps). About a third of
-    the eager backward's ops; with 20 iterations on every block's two mixes, Sinkhorn was a
-    quarter of a training step's kernel launches."""
+    y = x / (sum_a x + eps)  =>  dx = (dy - sum_a(dy * y)) / (sum_a x + eps): 4 ops per
+    normalisation where autograd ran ~8. With 20 iterations on every block's two mixes, Sinkhorn
+    was about a third of a training step's ops (~10 K of 31.8 K, counted on the CPU)."""
 
     @staticmethod
     def forward(ctx, comb, iters, eps):
