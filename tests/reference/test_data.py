@@ -298,20 +298,50 @@ class TrainRobustnessTest(unittest.TestCase):
         finally:
             data._PSEUDO_VERB_P = old
 
-    def test_augmentation_is_off_by_default(self):
-        # run 11 (12%) lost 15 of 50 chain tasks against run 12 (0%): off in the shipped data
+    def test_pseudo_verbs_are_off_by_default(self):
+        # run 11 (12%) lost 15 of 50 chain tasks against run 12 (0%): off in the shipped data;
+        # what tpl() returns is a T template or a composed request with a real verb
         self.assertEqual(data._PSEUDO_VERB_P, 0.0)
         for key in data._AUG_OBJECTS:
-            for i in range(200):
-                self.assertIn(data.tpl(random.Random(f"{key}/{i}"), "train", key), data.T[key][0])
+            composed = 0
+            for i in range(400):
+                t = data.tpl(random.Random(f"{key}/{i}"), "train", key)
+                if t not in data.T[key][0]:
+                    composed += 1
+                    self.assertTrue(any(re.search(r"(?i)\b" + re.escape(v) + r"\b", t)
+                                        for v in data._REAL_VERBS[key]), (key, t))
+            self.assertTrue(0.12 * 400 < composed < 0.28 * 400, (key, composed))
+
+    def test_composed_requests_not_near_heldout_and_keep_the_fields(self):
+        held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]
+        self.assertEqual(set(data._REAL_VERBS), set(data._AUG_OBJECTS))
+        for key in data._REAL_VERBS:
+            train_t = data.T[key][0]
+            need = set.intersection(*[set(re.findall(r"\{(\w+)\}", t)) for t in train_t])
+            r = random.Random(key)
+            seen = set()
+            for _ in range(400):
+                t = data._compose_request(r, key)
+                seen.add(t)
+                self.assertLessEqual(need, set(re.findall(r"\{(\w+)\}", t)), (key, t))
+                self.assertNotRegex(t, r"\{[VvO]\}")
+            self.assertGreater(len(seen), 120, key)  # hundreds of phrasings per key
+            for t in seen:
+                for h in held:
+                    ratio = difflib.SequenceMatcher(None, _words(h), _words(t)).ratio()
+                    self.assertLess(ratio, 0.8, f"composed {t!r} is close to held-out {h!r}")
+        # the rule itself: a held-out template and a one-word change of it are both refused
+        self.assertTrue(data.near_heldout("Look up my note called {k}."))
+        self.assertTrue(data.near_heldout("Look up the note called {k}."))
+        self.assertFalse(data.near_heldout("Fetch the note called {k}."))
 
     def test_augmentation_rate_and_fields(self):
-        old = data._PSEUDO_VERB_P
-        data._PSEUDO_VERB_P = 0.12
+        old, old_real = data._PSEUDO_VERB_P, data._REAL_VERB_P
+        data._PSEUDO_VERB_P, data._REAL_VERB_P = 0.12, 0.0  # pseudo-verb requests alone
         try:
             self._check_augmentation_rate_and_fields()
         finally:
-            data._PSEUDO_VERB_P = old
+            data._PSEUDO_VERB_P, data._REAL_VERB_P = old, old_real
 
     def _check_augmentation_rate_and_fields(self):
         total = augmented = 0
@@ -345,29 +375,40 @@ class TrainRobustnessTest(unittest.TestCase):
         """With every request augmented, the values the graded turn's first call copies (path,
         note key, expression, text) are still in the user's message."""
         old = data._PSEUDO_VERB_P
-        verbless = 0
         try:
             data._PSEUDO_VERB_P = 1.0
-            for fam in ("single", "chain", "multi", "error"):
-                for i in range(120):
-                    s = data.make_sample(8, i, "train", fam, (300, 900))
-                    user = s["messages"][s["n_prompt"] - 1]["content"]
-                    first = s["messages"][s["n_prompt"]]
-                    for tc in first.get("tool_calls") or []:
-                        name, args = tc["function"]["name"], tc["function"]["arguments"]
-                        for a, val in args.items():
-                            if a == "pattern":
-                                self.assertIn(val.rsplit("*", 1)[-1], user, s["id"])
-                            elif val not in (".", data.MCP_ROOT):
-                                # (the error family's first read may put the user's bare file
-                                # name under the MCP root)
-                                self.assertIn(val[len(data.MCP_ROOT) + 1:] if fam == "error" and
-                                              val.startswith(data.MCP_ROOT + "/") else val,
-                                              user, (s["id"], name, a))
-                    verbless += user.rstrip(" .!?:)").endswith(", please")
+            self.assertGreater(self._check_requests_keep_the_object(), 5)
         finally:
             data._PSEUDO_VERB_P = old
-        self.assertGreater(verbless, 5)
+
+    def test_composed_requests_keep_the_object(self):
+        old = data._REAL_VERB_P
+        try:
+            data._REAL_VERB_P = 1.0
+            self._check_requests_keep_the_object()
+        finally:
+            data._REAL_VERB_P = old
+
+    def _check_requests_keep_the_object(self):
+        verbless = 0
+        for fam in ("single", "chain", "multi", "error"):
+            for i in range(120):
+                s = data.make_sample(8, i, "train", fam, (300, 900))
+                user = s["messages"][s["n_prompt"] - 1]["content"]
+                first = s["messages"][s["n_prompt"]]
+                for tc in first.get("tool_calls") or []:
+                    name, args = tc["function"]["name"], tc["function"]["arguments"]
+                    for a, val in args.items():
+                        if a == "pattern":
+                            self.assertIn(val.rsplit("*", 1)[-1], user, s["id"])
+                        elif val not in (".", data.MCP_ROOT):
+                            # (the error family's first read may put the user's bare file
+                            # name under the MCP root)
+                            self.assertIn(val[len(data.MCP_ROOT) + 1:] if fam == "error" and
+                                          val.startswith(data.MCP_ROOT + "/") else val,
+                                          user, (s["id"], name, a))
+                verbless += user.rstrip(" .!?:)").endswith(", please")
+        return verbless
 
     def test_augmented_phrasings_not_near_heldout(self):
         held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]

@@ -33,8 +33,10 @@ What this owns
     list positions, facts the user already gave, greetings). Every train-only random draw sits
     on a train-only code path, so the held-out random stream is unchanged.
   * Train robustness (issue 6, held-out success 41%; train only, each rate a module constant
-    with its reason): requests that lose their verb for a pseudo-word or none
-    (_augment_request, _PSEUDO_VERB_P: measured harmful, now 0), more ways to name a note key; the error family adds
+    with its reason): composed requests, a real verb of the request's intent in a frame
+    around its object (_compose_request, _REAL_VERB_P = 0.2; never near a held-out template);
+    requests that lose their verb for a pseudo-word or none (_PSEUDO_VERB_P: measured
+    harmful, now 0), more ways to name a note key; the error family adds
     more kinds of failure, two failures in a row and no guessed directory names
     (_ERROR_TRAIN_KINDS); config files a graded turn reads have 3-12 lines (_TRAIN_CONFIG_KEYS).
   * render_sample(): the V4.1 prompt text (cedar_ref.chat.encode_messages, chat mode) cut into
@@ -1032,7 +1034,9 @@ _AUG_FRAMES = ["{V} {O}.", "{V} {O}, please.", "Please {v} {O}.", "Could you {v}
                "About {O}: {v} it.", "{O} - {v} that, please.",
                "{O}, please."]  # the last one has no verb at all
 _NOTE_REFS = ["my note {k}", "the note \"{k}\"", "note '{k}'", "the {k} note", "my {k} note",
-              "the note named {k}", "the {k} entry in my notes", "the note with key {k}"]
+              "the note named {k}", "the {k} entry in my notes", "the note with key {k}",
+              "the note called {k}", "my note titled {k}", "the note labelled '{k}'",
+              "what I saved under {k}"]
 _AUG_OBJECTS = {
     "calc_q": ["{e}", "the expression {e}", "the sum {e}"],
     "clock_q": ["the time", "the current date", "today's date and time", "the date"],
@@ -1056,6 +1060,92 @@ _AUG_OBJECTS = {
 }
 
 
+# Composed requests (train only, on by default since session 16): a real request verb of the
+# key's intent (_REAL_VERBS) in a frame (_REAL_FRAMES) around an object phrase (_AUG_OBJECTS).
+# The 20-30 paraphrases per key in T are whole sentences; a small model keyed on their few
+# verbs and word orders: on the held-out single-call tasks it took "called" as the note key of
+# "Look up my note called X" (10 of 10 wrong, each a run of failing calls) and did not read the
+# file of "Print X for me" (4 of 4). Verbs x frames x objects gives each key hundreds of
+# phrasings where the object (path, key, expression) sits after many different verbs.
+# Every composed request is kept away from the held-out templates by the same rule as T's
+# lists (word-sequence similarity < 0.8 to every held-out question template,
+# tests/reference/test_data.py); a draw that comes too close is drawn again.
+_REAL_VERB_P = 0.2
+_REAL_FRAMES = ["{V} {O}.", "{V} {O}, please.", "Please {v} {O}.", "Could you {v} {O}?",
+                "Can you {v} {O}?", "I need you to {v} {O}.", "Go ahead and {v} {O}.",
+                "Next task: {v} {O}.", "When you have a moment, {v} {O}.", "{V} {O} now.",
+                "{V} {O} for me.", "Please {v} {O} for me.", "Would you {v} {O}?",
+                "I'd like you to {v} {O}.", "Could you please {v} {O}?", "Quick one: {v} {O}.",
+                "Help me out: {v} {O}.", "{V} {O}?", "I want you to {v} {O}.", "Hey, {v} {O}.",
+                "Kindly {v} {O}.", "Now {v} {O}.", "Try to {v} {O}.", "Mind if you {v} {O}?"]
+_V_CALC = ["compute", "calculate", "evaluate", "work out", "solve", "figure out", "find",
+           "give me", "tell me", "get"]
+_V_LOOKUP = ["find", "look up", "get", "fetch", "tell me", "check", "give me", "report", "read",
+             "extract", "pull", "retrieve", "show me", "print"]
+_REAL_VERBS = {
+    "calc_q": _V_CALC,
+    "clock_q": ["tell me", "check", "give me", "get", "show me", "look up", "find out", "report",
+                "read"],
+    "read_q": ["show me", "print", "display", "open", "read", "dump", "bring up", "pull up",
+               "output", "view", "fetch", "type out", "load", "show"],
+    "field_q": _V_LOOKUP,
+    "list_q": ["list", "show me", "display", "enumerate", "print", "give me", "tell me", "check",
+               "browse", "show"],
+    "note_read_q": ["read", "open", "fetch", "get", "show me", "look up", "find", "retrieve",
+                    "check", "pull up", "print", "recall", "bring up", "tell me"],
+    "total_q": ["compute", "calculate", "work out", "figure out", "find", "get", "tell me"],
+    "multi_q": _V_CALC,
+    "write_q": ["write", "save", "put", "store", "record"],
+    "search_q": ["find", "search for", "locate", "list", "look for", "show me"],
+    "fieldcalc_q": ["compute", "calculate", "work out", "figure out", "give me", "tell me", "find"],
+    "notecalc_q": _V_CALC,
+    "clockcalc_q": ["tell me", "compute", "work out", "figure out", "give me", "find"],
+    "read2_q": ["find", "look up", "get", "fetch", "tell me", "give me", "read", "check"],
+    "mixed_q": ["tell me", "give me", "get", "find"],
+    "errpath_q": _V_LOOKUP,
+    "errpath_hint_q": _V_LOOKUP,
+    "errcalc_q": _V_CALC,
+}
+_NEAR_CACHE: Dict[str, bool] = {}
+
+
+def template_words(t: str) -> List[str]:
+    """A template as a word sequence, every {field} the same token (the held-out distance rule)."""
+    return re.findall(r"\{\}|[a-z']+|[^\sa-z']", re.sub(r"\{\w+\}", "{}", t).lower())
+
+
+def near_heldout(t: str) -> bool:
+    """True when t's word sequence is 0.8 or more similar to a held-out question template."""
+    if t not in _NEAR_CACHE:
+        import difflib
+        held = [template_words(h) for k, (_, ho) in T.items() if k.endswith("_q") for h in ho]
+        w = template_words(t)
+        near = False
+        for h in held:
+            sm = difflib.SequenceMatcher(None, h, w)
+            if sm.real_quick_ratio() >= 0.8 and sm.quick_ratio() >= 0.8 and sm.ratio() >= 0.8:
+                near = True
+                break
+        _NEAR_CACHE[t] = near
+    return _NEAR_CACHE[t]
+
+
+def _fill_frame(frame: str, verb: str, obj: str) -> str:
+    if frame.startswith("{O}"):
+        obj = obj[0].upper() + obj[1:]
+    return frame.replace("{V}", verb[0].upper() + verb[1:]).replace("{v}", verb).replace("{O}", obj)
+
+
+def _compose_request(r: random.Random, key: str) -> str:
+    """A composed request of key (a verb of _REAL_VERBS[key] in a frame around an object of
+    _AUG_OBJECTS[key]) that is not near a held-out template; redrawn until one is not."""
+    for _ in range(64):
+        t = _fill_frame(r.choice(_REAL_FRAMES), r.choice(_REAL_VERBS[key]), r.choice(_AUG_OBJECTS[key]))
+        if not near_heldout(t):
+            return t
+    raise RuntimeError(f"composed requests of {key!r}: every draw is near a held-out template")
+
+
 def _pseudo_verb(r: random.Random) -> str:
     """A two-syllable pseudo-word of the train pool, 4 to 9 letters."""
     while True:
@@ -1069,12 +1159,15 @@ def _augment_request(r: random.Random, key: str, template: str) -> str:
     the same fields: a frame of _AUG_FRAMES around a pseudo-word verb and an object phrase;
     otherwise the template unchanged. Draws from r only for the keys of _AUG_OBJECTS."""
     objs = _AUG_OBJECTS.get(key)
-    if objs is None or r.random() >= _PSEUDO_VERB_P:
+    if objs is None:
         return template
-    frame, obj, verb = r.choice(_AUG_FRAMES), r.choice(objs), _pseudo_verb(r)
-    if frame.startswith("{O}"):
-        obj = obj[0].upper() + obj[1:]
-    return frame.replace("{V}", verb.capitalize()).replace("{v}", verb).replace("{O}", obj)
+    u = r.random()
+    if u < _PSEUDO_VERB_P:
+        frame, obj, verb = r.choice(_AUG_FRAMES), r.choice(objs), _pseudo_verb(r)
+        return _fill_frame(frame, verb, obj)
+    if u < _PSEUDO_VERB_P + _REAL_VERB_P and key in _REAL_VERBS:
+        return _compose_request(r, key)
+    return template
 
 
 SYSTEMS = (["You are cedar, a helpful assistant. Use the tools when they help.",
