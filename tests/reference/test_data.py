@@ -151,9 +151,7 @@ class GeneratorTest(unittest.TestCase):
             self.assertTrue(data.check_generation_prefix(data.prompt_text(s)))
 
 
-def _words(t):
-    """A template as a word sequence, every {field} the same token."""
-    return re.findall(r"\{\}|[a-z']+|[^\sa-z']", re.sub(r"\{\w+\}", "{}", t).lower())
+_words = data.template_words  # a template as a word sequence, every {field} the same token
 
 
 class HeldoutPinTest(unittest.TestCase):

@@ -49,6 +49,8 @@ rendering every prefix of a transcript gives a prefix of the whole rendering (ch
 
 from __future__ import annotations
 
+import difflib
+import functools
 import random
 import re
 import zlib
@@ -1106,7 +1108,6 @@ _REAL_VERBS = {
     "errpath_hint_q": _V_LOOKUP,
     "errcalc_q": _V_CALC,
 }
-_NEAR_CACHE: Dict[str, bool] = {}
 
 
 def template_words(t: str) -> List[str]:
@@ -1114,20 +1115,18 @@ def template_words(t: str) -> List[str]:
     return re.findall(r"\{\}|[a-z']+|[^\sa-z']", re.sub(r"\{\w+\}", "{}", t).lower())
 
 
+@functools.lru_cache(maxsize=None)
 def near_heldout(t: str) -> bool:
-    """True when t's word sequence is 0.8 or more similar to a held-out question template."""
-    if t not in _NEAR_CACHE:
-        import difflib
-        held = [template_words(h) for k, (_, ho) in T.items() if k.endswith("_q") for h in ho]
-        w = template_words(t)
-        near = False
-        for h in held:
-            sm = difflib.SequenceMatcher(None, h, w)
-            if sm.real_quick_ratio() >= 0.8 and sm.quick_ratio() >= 0.8 and sm.ratio() >= 0.8:
-                near = True
-                break
-        _NEAR_CACHE[t] = near
-    return _NEAR_CACHE[t]
+    """True when t's word sequence is 0.8 or more similar to a held-out question template
+    (quick_ratio bounds ratio from above, so most templates cost no full match)."""
+    w = template_words(t)
+    for k, (_, ho) in T.items():
+        if k.endswith("_q"):
+            for h in ho:
+                sm = difflib.SequenceMatcher(None, template_words(h), w)
+                if sm.quick_ratio() >= 0.8 and sm.ratio() >= 0.8:
+                    return True
+    return False
 
 
 def _fill_frame(frame: str, verb: str, obj: str) -> str:
