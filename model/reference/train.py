@@ -50,22 +50,34 @@ _TOK = None
 _ARGS = None
 
 
-def _init_worker(tok_path, recall_chars, max_len):
+def _init_worker(tok_path, recall_chars, max_len, long_frac=0.0, long_chars=(9000, 40000),
+                 long_max_len=12288):
     global _TOK, _ARGS
     _TOK = bpe.Tokenizer.load(tok_path)
-    _ARGS = (tuple(recall_chars), max_len)
+    _ARGS = (tuple(recall_chars), max_len, long_frac, tuple(long_chars), long_max_len)
     torch.set_num_threads(1)
+
+
+def is_long_recall(seed: int, index: int, long_frac: float) -> bool:
+    """Whether train sample `index` of the stream is a long recall sample (its own draw, so the
+    choice does not depend on the chunking or the number of workers)."""
+    return long_frac > 0 and random.Random(f"{seed}/long-recall/{index}").random() < long_frac
 
 
 def _gen_chunk(task):
     """task = (seed, first index, count) -> list of (ids, mask, start, family)."""
     seed, first, count = task
-    rc, max_len = _ARGS
+    rc, max_len, long_frac, long_rc, long_max_len = _ARGS
     out = []
     for i in range(first, first + count):
-        s = data.make_sample(seed, i, "train", None, rc)
+        if is_long_recall(seed, i, long_frac):
+            s = data.make_sample(seed, i, "train", "recall", long_rc)
+            limit = long_max_len
+        else:
+            s = data.make_sample(seed, i, "train", None, rc)
+            limit = max_len
         ids, mask = data.tokenize_sample(_TOK, s["messages"])
-        if len(ids) > max_len:
+        if len(ids) > limit:
             continue
         out.append((np.asarray(ids, np.int32), np.asarray(mask, np.uint8),
                     TC.last_turn_start(mask), s["family"]))
@@ -82,11 +94,13 @@ class Stream:
         self.stride = world * self.chunk
         self.pool = None
         self.inflight = deque()
+        self.worker_args = (args.tokenizer, args.recall_chars, args.max_len, args.long_recall_frac,
+                            args.long_recall_train_chars, args.long_max_len)
         if args.workers > 0:
             self.pool = mp.get_context("fork").Pool(args.workers, _init_worker,
-                                                    (args.tokenizer, args.recall_chars, args.max_len))
+                                                    self.worker_args)
         else:
-            _init_worker(args.tokenizer, args.recall_chars, args.max_len)
+            _init_worker(*self.worker_args)
         self.n_samples = 0
         self.families = {}
 
@@ -135,6 +149,13 @@ def main(argv=None) -> int:
                     help="data generation processes (0: in-process)")
     ap.add_argument("--max-len", type=int, default=3072, help="drop samples longer than this (tokens)")
     ap.add_argument("--recall-chars", type=int, nargs=2, default=[1500, 9000], metavar=("LO", "HI"))
+    ap.add_argument("--long-recall-frac", type=float, default=0.0, metavar="P",
+                    help="share of train samples that are recall samples at a long distance "
+                         "(--long-recall-train-chars), for recall at ~8K tokens of history")
+    ap.add_argument("--long-recall-train-chars", type=int, nargs=2, default=[9000, 40000],
+                    metavar=("LO", "HI"), help="recall distance of the long samples, in characters")
+    ap.add_argument("--long-max-len", type=int, default=12288,
+                    help="drop long recall samples longer than this (tokens)")
     ap.add_argument("--max-tokens", type=int, default=98304, help="tokens per batch (padded)")
     ap.add_argument("--max-sq", type=float, default=14 * 2048 ** 2,
                     help="batch budget of B*T^2 for dense attention (stage A, --dense-attention; 8x "
@@ -173,6 +194,11 @@ def main(argv=None) -> int:
         ap.error("give exactly one of --minutes and --steps")
     if args.gpus < 1:
         ap.error("--gpus must be >= 1")
+    if not 0.0 <= args.long_recall_frac <= 1.0:
+        ap.error(f"--long-recall-frac {args.long_recall_frac}: a share between 0 and 1")
+    lo, hi = args.long_recall_train_chars
+    if not 0 < lo <= hi:
+        ap.error(f"--long-recall-train-chars {lo} {hi}: expected 0 < LO <= HI")
     if args.ema and not 0.0 < args.ema < 1.0:
         ap.error(f"--ema {args.ema}: the decay must lie between 0 and 1 (e.g. 0.998), or 0 for none")
     if args.gpus > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.gpus:

@@ -309,6 +309,32 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(TC.last_turn_start([0, 1, 1, 0, 0, 1, 1, 1, 0]), 5)
 
 
+    def test_long_recall_samples_in_the_stream(self):
+        """--long-recall-frac: the chosen share of the stream is recall samples at the long
+        distance, kept up to --long-max-len; the choice does not depend on the chunking."""
+        import train
+        tok = os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny", "tokenizer.json")
+        n = 4000
+        share = sum(train.is_long_recall(5, i, 0.3) for i in range(n)) / n
+        self.assertLess(abs(share - 0.3), 0.03)
+        self.assertFalse(any(train.is_long_recall(5, i, 0.0) for i in range(200)))
+        train._init_worker(tok, (1500, 2000), 3072, 0.3, (12000, 14000), 12288)
+        try:
+            whole = train._gen_chunk((5, 0, 12))
+            parts = train._gen_chunk((5, 0, 5)) + train._gen_chunk((5, 5, 7))
+            longs = [i for i in range(12) if train.is_long_recall(5, i, 0.3)]
+            self.assertTrue(longs)
+            self.assertEqual(len(whole), len(parts))
+            for a, b in zip(whole, parts):
+                self.assertTrue(np.array_equal(a[0], b[0]))
+            long_rows = [w for w in whole if len(w[0]) > 3072]
+            self.assertEqual(len(long_rows), len(longs))  # 12000+ characters > 3072 tokens
+            self.assertTrue(all(w[3] == "recall" and len(w[0]) <= 12288 for w in long_rows))
+            train._init_worker(tok, (1500, 2000), 3072, 0.0, (12000, 14000), 12288)
+            self.assertTrue(all(len(w[0]) <= 3072 for w in train._gen_chunk((5, 0, 12))))
+        finally:
+            train._init_worker(tok, (1500, 9000), 3072)
+
     def test_weight_ema(self):
         """WeightEMA follows ema += (1 - d)(p - ema) with the warm-up d = min(decay, (1+n)/(10+n)),
         swaps the averages in for an export and restores the live weights bit for bit."""
