@@ -225,6 +225,32 @@ class TrainBreadthTest(unittest.TestCase):
             seen.add(s["messages"][s["n_prompt"] - 1]["content"])
         self.assertGreater(len(seen), 55)
 
+    def test_composed_notool_questions(self):
+        """Composed notool questions state the value they ask for, answer with it, stay clear of
+        the held-out templates and never use the held-out statement's verb; a share of the
+        train notool exchanges is composed, with hundreds of distinct question templates."""
+        r = random.Random(5)
+        templates = set()
+        for i in range(400):
+            q, a, key = data._compose_notool(r)
+            templates.add(q)
+            self.assertFalse(data.near_heldout(q), q)
+            self.assertNotIn("live", q.lower())
+            f = data._notool_fields(data.Values(random.Random(i), "train"))
+            self.assertIn(f[key], q.format(**f), q)
+            self.assertIn(f[key], a.format(**f), (q, a))
+        self.assertGreater(len(templates), 300)
+        drawn, compose = [], data._compose_notool
+        data._compose_notool = lambda rng: drawn.append(compose(rng)) or drawn[-1]
+        try:
+            for i in range(200):
+                s = data.make_sample(21, i, "train", "notool", (300, 900))
+                self.assertTrue(s["messages"][s["n_prompt"]]["content"])
+        finally:
+            data._compose_notool = compose
+        self.assertGreater(len(drawn), 50)   # _NOTOOL_COMPOSED_P = 0.4 of 200
+        self.assertLess(len(drawn), 120)
+
     def test_train_wrappers_vary_user_messages(self):
         samples = [data.make_sample(4, i, "train", None, (300, 900)) for i in range(150)]
         users = [m["content"] for s in samples for m in s["messages"] if m["role"] == "user"]

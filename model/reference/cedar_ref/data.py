@@ -35,6 +35,8 @@ What this owns
   * Train robustness (issue 6, held-out success 41%; train only, each rate a module constant
     with its reason): composed requests, a real verb of the request's intent in a frame
     around its object (_compose_request, _REAL_VERB_P = 0.2; never near a held-out template);
+    composed notool questions, a statement carrying a value, sometimes a distractor, and a
+    question about it (_compose_notool, _NOTOOL_COMPOSED_P = 0.4, same rule);
     requests that lose their verb for a pseudo-word or none (_PSEUDO_VERB_P: measured
     harmful, now 0), more ways to name a note key; the error family adds
     more kinds of failure, two failures in a row and no guessed directory names
@@ -1047,8 +1049,15 @@ _AUG_OBJECTS = {
                 "{f}, key {k}"],
     "list_q": ["{d}", "the folder {d}", "the directory {d}", "the entries of {d}"],
     "note_read_q": _NOTE_REFS,
-    "total_q": ["{n} {it} at the prices in {f}", "the cost of {n} {it} (prices: {f})"],
-    "multi_q": ["{e1} and {e2}", "both {e1} and {e2}"],
+    "total_q": ["{n} {it} at the prices in {f}", "the cost of {n} {it} (prices: {f})",
+                "the price of {n} {it}, going by {f}", "what {n} {it} come to with the prices of {f}",
+                "the total for {n} {it} from the price list {f}", "{n} {it}, priced by {f}",
+                "how much {n} {it} are, per {f}", "the bill for {n} {it} (see {f})"],
+    "multi_q": ["{e1} and {e2}", "both {e1} and {e2}", "{e1}, and also {e2}", "{e1} along with {e2}",
+                "{e1} together with {e2}", "{e1} in addition to {e2}", "{e1} and then {e2}",
+                "{e1}, then {e2}", "{e1}, followed by {e2}", "{e1} alongside {e2}",
+                "{e1} and additionally {e2}", "not only {e1} but also {e2}", "{e1}; {e2} too",
+                "{e1} and, separately, {e2}", "{e1} plus, on its own, {e2}"],
     "write_q": ["'{b}' into {p}", "the text '{b}' to {p}"],
     "search_q": ["the .{x} files under {root}", "every *.{x} file in {root}"],
     "fieldcalc_q": ["the {k} in {f} {word} {m}", "{k} from {f}, {word} {m}"],
@@ -1761,11 +1770,88 @@ def _notool_fields(v: Values) -> Dict[str, str]:
     }
 
 
+# Composed notool questions (train only, since session 18). NOTOOL_TRAIN holds ~150 whole
+# exchanges; on the held-out "I live in X. Which city do I live in?" the shipped model answered
+# "You're welcome." or a garbled name in 24 of 50 tasks: it keys on the few question sentences
+# it saw, not on "a value stated, then asked for". A composed question is a statement carrying
+# the value (_NT_FACTS), sometimes a second statement of another slot (a distractor, either
+# side), a bridge and a question about the first (_NT_ASKS), answered by a frame of _NT_ANSWERS
+# that contains the value. Kept clear of held-out templates by the rule of T's lists
+# (near_heldout); none says "live" (the held-out statement's verb).
+_NOTOOL_COMPOSED_P = 0.4
+_NT_FACTS = {
+    "ci": ["I'm from {ci}.", "My home town is {ci}.", "I grew up in {ci}.", "I'm staying in {ci} this month.",
+           "My flat is in {ci}.", "{ci} is where I'm from.", "I moved to {ci} last year.",
+           "Our office is in {ci}.", "I'm writing from {ci}.", "My parents are in {ci}.",
+           "I just got back to {ci}.", "Home for me is {ci}.", "My house is in {ci}.",
+           "I'm currently in {ci}.", "We settled in {ci}."],
+    "n": ["My name is {n}.", "I'm {n}.", "This is {n}.", "{n} here.", "Call me {n}.", "I go by {n}.",
+          "Everyone calls me {n}.", "You're chatting with {n}.", "The name is {n}."],
+    "c": ["My code is {c}.", "The code is {c}.", "Here is my ticket: {c}.", "Reference: {c}.",
+          "My booking number is {c}.", "The order ID is {c}.", "Note this code: {c}.",
+          "{c} is my membership number.", "Code {c} is the one.", "The serial is {c}."],
+    "x": ["My lucky number is {x}.", "I counted {x} birds.", "The total on my receipt is {x}.",
+          "My badge number is {x}.", "We sold {x} tickets.", "I walked {x} steps today."],
+    "w": ["The password hint is {w}.", "My dog is named {w}.", "Our project is called {w}.",
+          "The magic word is {w}.", "My boat is named {w}.", "The word of the day is {w}."],
+}
+_NT_ASKS = {
+    "ci": ["Which city did I mention?", "What city did I name?", "What place did I just mention?",
+           "Tell me the city I gave you.", "Name the city I said.", "Which town was that?",
+           "What's the name of that city?", "Which place did I say?", "Remind me which city that was.",
+           "Can you repeat the city?", "Which city is it, then?", "What city is that?",
+           "Which city was it again?", "Say the city back to me."],
+    "n": ["What's my name?", "Who am I?", "What did I say my name is?", "Tell me my name.",
+          "Can you repeat my name?", "Which name did I give?", "Remind me what I'm called."],
+    "c": ["What was the code?", "Repeat the code.", "Which code did I give you?",
+          "Tell me that code again.", "Read the code back.", "What's the code, exactly?"],
+    "x": ["What number did I say?", "Which number was that?", "Repeat the number.",
+          "What was the number?", "Tell me the number I gave."],
+    "w": ["What was the word?", "Which word did I use?", "Repeat that word.", "Tell me the word again.",
+          "What's the name I gave?"],
+}
+_NT_ANSWERS = {
+    "ci": ["{ci}.", "You mentioned {ci}.", "It was {ci}.", "The city is {ci}.", "{ci}, as you said.",
+           "You said {ci}."],
+    "n": ["{n}.", "Your name is {n}.", "You said you are {n}.", "You're {n}."],
+    "c": ["{c}", "The code is {c}.", "You gave me {c}.", "It was {c}."],
+    "x": ["{x}.", "You said {x}.", "The number is {x}.", "It was {x}."],
+    "w": ["{w}.", "The word is {w}.", "You said {w}.", "It was {w}."],
+}
+_NT_BRIDGES = ["", "", "", "Quick question: ", "Now, ", "OK. ", "Test: ", "So, ", "One thing: "]
+_NT_SLOTS, _NT_SLOT_W = ["ci", "n", "c", "x", "w"], [3, 2, 3, 1, 1]
+
+
+def _compose_notool(r: random.Random):
+    """(question template, answer template, field) of a composed notool question, not near a
+    held-out template; redrawn until one is not."""
+    for _ in range(64):
+        slot = r.choices(_NT_SLOTS, weights=_NT_SLOT_W)[0]
+        facts = [r.choice(_NT_FACTS[slot])]
+        if r.random() < 0.3:
+            other = r.choice([k for k in _NT_SLOTS if k != slot])
+            facts.insert(r.randrange(2), r.choice(_NT_FACTS[other]))
+        ask = r.choice(_NT_ASKS[slot])
+        bridge = r.choice(_NT_BRIDGES)
+        if bridge:
+            ask = bridge + (ask if bridge.endswith(". ") else ask[0].lower() + ask[1:])
+        q = " ".join(facts + [ask])
+        if not near_heldout(q):
+            return q, r.choice(_NT_ANSWERS[slot]), slot
+    raise RuntimeError("composed notool questions: every draw is near a held-out template")
+
+
 def _notool_train(s: Session, v: Values):
     """A train notool exchange: a question answerable from the message itself (tools offered
-    but not called). Sub-kinds weighted by NOTOOL_WEIGHTS; the answer contains the expected
-    value."""
+    but not called). A composed question (_NOTOOL_COMPOSED_P) or a sub-kind of NOTOOL_TRAIN
+    weighted by NOTOOL_WEIGHTS; the answer contains the expected value."""
     r = v.r
+    if r.random() < _NOTOOL_COMPOSED_P:
+        q, a, ek = _compose_notool(r)
+        f = _notool_fields(v)
+        s.user(q.format(**f))
+        s.answer(a.format(**f))
+        return f[ek]
     kind = r.choices(_NOTOOL_KINDS, weights=_NOTOOL_W)[0]
     q, a, ek = r.choice(NOTOOL_TRAIN[kind])
     f = _notool_fields(v)
