@@ -6,6 +6,7 @@ mask covering exactly the assistant turns. The held-out split is pinned by a has
 train split must not change one held-out byte), and the train split's breadth (paraphrases,
 system prompts, wrappers, notool sub-kinds) is checked to stay clear of held-out phrasings."""
 
+import datetime
 import difflib
 import hashlib
 import json
@@ -250,6 +251,27 @@ class TrainBreadthTest(unittest.TestCase):
             data._compose_notool = compose
         self.assertGreater(len(drawn), 50)   # _NOTOOL_COMPOSED_P = 0.4 of 200
         self.assertLess(len(drawn), 120)
+
+    def test_train_clock_reads_carry_the_weekday_like_the_builtin_clock(self):
+        """Half of the train samples' clocks answer like runtime/builtin_tools.cpp
+        ("2026-12-03 08:11 (Thursday)", the weekday right for the date); held-out never."""
+        for split in ("train", "heldout"):
+            with_day = 0
+            for i in range(200):
+                s = data.make_sample(9, i, split, "single", (300, 900))
+                for m in s["messages"]:
+                    c = m.get("content")
+                    if m["role"] != "tool" or not isinstance(c, str):
+                        continue
+                    hit = re.fullmatch(r"(\d{4}-\d\d-\d\d) \d\d:\d\d(?: \((\w+)\))?", c)
+                    if hit and hit.group(2):
+                        with_day += 1
+                        day = datetime.date.fromisoformat(hit.group(1)).strftime("%A")
+                        self.assertEqual(hit.group(2), day, c)
+            if split == "train":
+                self.assertGreater(with_day, 5)
+            else:
+                self.assertEqual(with_day, 0)
 
     def test_train_wrappers_vary_user_messages(self):
         samples = [data.make_sample(4, i, "train", None, (300, 900)) for i in range(150)]

@@ -51,6 +51,7 @@ rendering every prefix of a transcript gives a prefix of the whole rendering (ch
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import functools
 import random
@@ -233,6 +234,13 @@ def format_number(v) -> str:
 # ---------------------------------------------------------------------------------------------
 # The world a sample's tools act on, and the tool executor
 # ---------------------------------------------------------------------------------------------
+
+
+# The built-in clock of the runtime (runtime/builtin_tools.cpp) answers "2026-12-03 08:11
+# (Thursday)"; eval task files fix "now" without the weekday. Until session 18 every train clock
+# read gave the latter, and `cedar demo` answered the real clock with "It is 2026-12-03
+# 08:11-12-03 08:11.". Half of the train samples (train only) now carry the weekday.
+_CLOCK_WEEKDAY_P = 0.5
 
 
 def new_world(now="2026-03-14 09:26 (Saturday)"):
@@ -1961,7 +1969,10 @@ def make_sample(seed: int, index: int, split: str = "train", family: Optional[st
     if family not in FAMILY_WEIGHTS:
         raise ValueError(f"family {family!r}: expected one of {FAMILIES}")
     mcp = r.random() < 0.4
-    world = new_world(f"{v.date()} {r.randint(0, 23):02d}:{r.randint(0, 59):02d}")
+    now = f"{v.date()} {r.randint(0, 23):02d}:{r.randint(0, 59):02d}"
+    if split == "train" and r.random() < _CLOCK_WEEKDAY_P:
+        now += datetime.date.fromisoformat(now[:10]).strftime(" (%A)")
+    world = new_world(now)
     s = Session(r, split, world, mcp)
     sysmsg = r.choice(SYSTEMS[1] if split == "heldout" else SYSTEMS[0])
     world0 = None
