@@ -1856,12 +1856,9 @@ def _notool_train(s: Session, v: Values):
     r = v.r
     if r.random() < _NOTOOL_COMPOSED_P:
         q, a, ek = _compose_notool(r)
-        f = _notool_fields(v)
-        s.user(q.format(**f))
-        s.answer(a.format(**f))
-        return f[ek]
-    kind = r.choices(_NOTOOL_KINDS, weights=_NOTOOL_W)[0]
-    q, a, ek = r.choice(NOTOOL_TRAIN[kind])
+    else:
+        kind = r.choices(_NOTOOL_KINDS, weights=_NOTOOL_W)[0]
+        q, a, ek = r.choice(NOTOOL_TRAIN[kind])
     f = _notool_fields(v)
     s.user(q.format(**f))
     s.answer(a.format(**f))
