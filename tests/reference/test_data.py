@@ -237,6 +237,7 @@ class TrainBreadthTest(unittest.TestCase):
             templates.add(q)
             self.assertFalse(data.near_heldout(q), q)
             self.assertNotIn("live", q.lower())
+            self.assertNotIn("echo", q.lower())
             f = data._notool_fields(data.Values(random.Random(i), "train"))
             self.assertIn(f[key], q.format(**f), q)
             self.assertIn(f[key], a.format(**f), (q, a))
@@ -251,6 +252,34 @@ class TrainBreadthTest(unittest.TestCase):
             data._compose_notool = compose
         self.assertGreater(len(drawn), 50)   # _NOTOOL_COMPOSED_P = 0.4 of 200
         self.assertLess(len(drawn), 120)
+
+    def test_composed_copy_requests(self):
+        """Copy requests carry the value once and are answered with it, mostly bare (the answer
+        starts with the value), in many phrasings without the held-out request's verb; they are
+        a real share of the composed questions, and those kept are clear of held-out templates."""
+        r = random.Random(8)
+        phrasings, bare = set(), 0
+        for i in range(600):
+            key = ("c", "x", "w")[i % 3]
+            q, a = data._compose_copy(r, key)
+            phrasings.add(q)
+            self.assertNotIn("echo", q.lower())
+            f = data._notool_fields(data.Values(random.Random(i), "train"))
+            self.assertEqual(q.format(**f).count(f[key]), 1, q)
+            self.assertIn(f[key], a.format(**f), a)
+            bare += a.format(**f).startswith(f[key])
+        self.assertGreater(len(phrasings), 400)
+        self.assertGreater(bare, 300)
+        kept, copy = [], data._compose_copy
+        data._compose_copy = lambda rng, key: kept.append(copy(rng, key)) or kept[-1]
+        try:
+            r = random.Random(9)
+            for _ in range(400):
+                q, a, key = data._compose_notool(r)
+                self.assertFalse(data.near_heldout(q), q)
+        finally:
+            data._compose_copy = copy
+        self.assertGreater(len(kept), 80)   # slots c, x, w: 5 of 10 weight, half of them copies
 
     def test_train_clock_reads_carry_the_weekday_like_the_builtin_clock(self):
         """Half of the train samples' clocks answer like runtime/builtin_tools.cpp

@@ -1828,6 +1828,31 @@ _NT_ANSWERS = {
 }
 _NT_BRIDGES = ["", "", "", "Quick question: ", "Now, ", "OK. ", "Test: ", "So, ", "One thing: "]
 _NT_SLOTS, _NT_SLOT_W = ["ci", "n", "c", "x", "w"], [3, 2, 3, 1, 1]
+# Composed copy requests (since session 19): a value to send back unchanged, asked by a verb
+# (_NT_COPY_VERBS, never "echo": the held-out request's verb) of an object phrase in a frame;
+# mostly answered with the bare value. The shipped model echoed held-out codes with their first
+# letter wrong (NV-1552 -> YV-1552): the first token of a bare answer had to find the value
+# after request sentences it never saw.
+_NT_COPY_P = 0.5  # of the composed questions whose slot is c, x or w
+_NT_COPY_VERBS = ["repeat", "copy", "type", "write", "say", "send", "return", "give", "reproduce",
+                  "mirror", "play", "read", "hand", "paste", "spell out", "output", "print"]
+_NT_COPY_BACK = ["", " back", " back exactly", " exactly", " word for word", " as is", " unchanged"]
+_NT_COPY_OBJECTS = ["this", "this code", "the text below", "these characters", "what follows",
+                    "the string", "the next bit", "the following text", "this value",
+                    "the characters after the colon", "my input", "the token"]
+_NT_COPY_FRAMES = ["{V} {O}{B}: {x}", "{V} {O}{B}: {x}.", "Please {v} {O}{B}: {x}",
+                   "Could you {v} {O}{B}? {x}", "{x} - {v} {O}{B}, please.", "Can you {v} {O}{B}: {x}",
+                   "{V}{B}: {x}", "I need you to {v} {O}{B}: {x}", "Task: {v} {O}{B}. {x}",
+                   "{x}\n{V} {O}{B}."]
+_NT_COPY_ANSWERS = ["{x}", "{x}", "{x}", "{x}.", "Here it is: {x}", "Sure: {x}", "{x} (unchanged)"]
+
+
+def _compose_copy(r: random.Random, slot: str):
+    """(question, answer) templates of a copy request of field slot (c, x or w)."""
+    verb, back = r.choice(_NT_COPY_VERBS), r.choice(_NT_COPY_BACK)
+    frame = r.choice(_NT_COPY_FRAMES).replace("{B}", back)
+    q = _fill_frame(frame, verb, r.choice(_NT_COPY_OBJECTS))
+    return q.replace("{x}", "{" + slot + "}"), r.choice(_NT_COPY_ANSWERS).replace("{x}", "{" + slot + "}")
 
 
 def _compose_notool(r: random.Random):
@@ -1835,6 +1860,11 @@ def _compose_notool(r: random.Random):
     held-out template; redrawn until one is not."""
     for _ in range(64):
         slot = r.choices(_NT_SLOTS, weights=_NT_SLOT_W)[0]
+        if slot in ("c", "x", "w") and r.random() < _NT_COPY_P:
+            q, a = _compose_copy(r, slot)
+            if not near_heldout(q):
+                return q, a, slot
+            continue
         facts = [r.choice(_NT_FACTS[slot])]
         if r.random() < 0.3:
             other = r.choice([k for k in _NT_SLOTS if k != slot])
