@@ -281,6 +281,36 @@ class TrainBreadthTest(unittest.TestCase):
             data._compose_copy = copy
         self.assertGreater(len(kept), 80)   # slots c, x, w: 5 of 10 weight, half of them copies
 
+    def test_train_price_files_sometimes_list_made_up_items(self):
+        """About 30% of train price files list pseudo-word items (train pool, plural s), so that
+        the lookup matches any word against the lines; held-out price files keep the held-out
+        items, and the item asked for in a train chain sample is one the file lists."""
+        known = set(data.ITEMS) | set(data.EXTRA_TRAIN_ITEMS)
+        made_up = 0
+        for i in range(300):
+            text, prices = data._price_file(data.Values(random.Random(i), "train"))
+            self.assertEqual(text.count("\n") + 1, len(prices))
+            if not set(prices) <= known:
+                made_up += 1
+                for it in prices:
+                    self.assertTrue(it.endswith("s"), it)
+                    self.assertEqual(data._pool_of(it[:-1]), "train", it)
+            ho_text, ho_prices = data._price_file(data.Values(random.Random(i), "heldout"))
+            ho_items = {c for j, c in enumerate(data.ITEMS) if j % 5 == 0}
+            self.assertLessEqual(set(ho_prices), ho_items)
+        self.assertGreater(made_up, 60)
+        self.assertLess(made_up, 120)
+        asked = 0
+        for i in range(120):
+            s = data.make_sample(31, i, "train", "chain", (300, 900))
+            for m in s["messages"]:
+                if m["role"] == "tool" and isinstance(m.get("content"), str) and ": " in m["content"]:
+                    lines = dict(ln.split(": ", 1) for ln in m["content"].split("\n") if ": " in ln)
+                    if any(k for k in lines if k in s["messages"][s["n_prompt"] - 1]["content"]):
+                        asked += 1
+                    break
+        self.assertGreater(asked, 20)
+
     def test_train_clock_reads_carry_the_weekday_like_the_builtin_clock(self):
         """Half of the train samples' clocks answer like runtime/builtin_tools.cpp
         ("2026-12-03 08:11 (Thursday)", the weekday right for the date); held-out never."""

@@ -1359,8 +1359,19 @@ def _config_file(v: Values, n_keys=None, graded=False):
     return "\n".join(f"{k} = {val}" for k, val in kv.items()), kv
 
 
+# Price files of pseudo-word items (train only, since session 19). The held-out price files
+# list items that train never names (filters, valves, ...); asked "How much would 15 filters
+# cost according to F?", the shipped model multiplied another line's price (pens: 1) in 8 of
+# its 15 failed chain tasks: it had learned to find a few dozen known item words, not to match
+# an arbitrary word against the lines. A share of train price files names made-up items.
+_PSEUDO_ITEM_P = 0.3
+
+
 def _price_file(v: Values):
-    items = v.r.sample(v.items, min(len(v.items), v.r.randint(3, 6)))
+    pool = v.items
+    if v.split == "train" and v.r.random() < _PSEUDO_ITEM_P:  # no draw in held-out
+        pool = list(dict.fromkeys(v.word() + "s" for _ in range(8)))
+    items = v.r.sample(pool, min(len(pool), v.r.randint(3, 6)))
     prices = {it: v.num(1, 500) for it in items}
     return "\n".join(f"{it}: {p}" for it, p in prices.items()), prices
 
