@@ -311,6 +311,39 @@ class TrainBreadthTest(unittest.TestCase):
                     break
         self.assertGreater(asked, 20)
 
+    def test_train_error_folders_hold_near_miss_names(self):
+        """Near-miss names keep the start or the end of the wanted stem and its extension, are
+        train-pool words and never the name itself; a real share of the train error samples that
+        list a folder show one beside the file that is then read."""
+        v = data.Values(random.Random(4), "train")
+        for _ in range(200):
+            nm = data._near_miss_name(v, "wirkais.conf")
+            if nm is None:
+                continue
+            stem = nm[:-len(".conf")]
+            self.assertTrue(nm.endswith(".conf") and stem != "wirkais", nm)
+            self.assertTrue(stem[:2] == "wi" or stem[-2:] == "is", nm)
+            self.assertEqual(data._pool_of(stem), "train")
+        shown = 0
+        for i in range(300):
+            smp = data.make_sample(41, i, "train", "error", (300, 900))
+            msgs = smp["messages"]
+            for j, m in enumerate(msgs):
+                calls = m.get("tool_calls") or []
+                if not (calls and calls[0]["function"]["name"] == "file_read"):
+                    continue
+                path = calls[0]["function"]["arguments"]["path"]
+                base = path.rsplit("/", 1)[-1]
+                if "/" not in path or not base.endswith(".conf"):
+                    continue
+                listing = msgs[j - 1].get("content", "") if j > 0 and msgs[j - 1]["role"] == "tool" else ""
+                names = [ln.split(" ", 1)[-1] for ln in listing.split("\n")]
+                if base in names and any(n != base and n.endswith(".conf") and
+                                         (n[:2] == base[:2] or n[:-5][-2:] == base[:-5][-2:]) for n in names):
+                    shown += 1
+                    break
+        self.assertGreater(shown, 15)
+
     def test_train_clock_reads_carry_the_weekday_like_the_builtin_clock(self):
         """Half of the train samples' clocks answer like runtime/builtin_tools.cpp
         ("2026-12-03 08:11 (Thursday)", the weekday right for the date); held-out never."""

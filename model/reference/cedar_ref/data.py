@@ -1632,6 +1632,37 @@ def _err_note2_train(s: Session, v: Values):
     return val
 
 
+# Near-miss file names (train only, since session 19): after a missing file the shipped model
+# listed the right folder and then read a path it had built from syllables of the names it saw
+# (`baisbraswait/baikais.conf` for `wirkais.conf`, 6 of its 13 failed error tasks). Half of the
+# train folders listed on that path hold 1-2 files that share the start or the end of the wanted
+# name, so only an exact copy of the listed name reads the right file.
+_NEAR_MISS_P = 0.5
+
+
+def _near_miss_name(v: Values, name: str) -> Optional[str]:
+    """A train-pool file name that keeps the start or the end of name's stem (and its
+    extension) but is not name; None when no draw qualifies."""
+    stem, ext = name.rsplit(".", 1)
+    for _ in range(8):
+        w = v.word()
+        cut = v.r.randint(2, max(2, len(stem) - 2))
+        cand = stem[:cut] + w[cut:] if v.r.random() < 0.5 else w[:len(w) - (len(stem) - cut)] + stem[cut:]
+        if 4 <= len(cand) <= 14 and cand != stem and _pool_of(cand) == "train":
+            return cand + "." + ext
+    return None
+
+
+def _add_near_misses(s: "Session", v: Values, d: str, name: str):
+    """Train only: with probability _NEAR_MISS_P, 1-2 near-miss files of name in folder d."""
+    if v.r.random() >= _NEAR_MISS_P:
+        return
+    for _ in range(v.r.randint(1, 2)):
+        nm = _near_miss_name(v, name)
+        if nm and f"{d}/{nm}" not in s.world["files"]:
+            s.world["files"][f"{d}/{nm}"] = _prose_file(v, 2) if v.r.random() < 0.5 else _config_file(v)[0]
+
+
 def _err_path_train(s: Session, v: Values, kind: str):
     """nested: the file sits one directory below the one the user names (read at the root
     fails, read in that directory fails, list it, list the sub-directory, read). root (MCP):
@@ -1656,6 +1687,7 @@ def _err_path_train(s: Session, v: Values, kind: str):
         s.world["files"][f"{d}/{v.filename()}"] = _prose_file(v, 2)
     if r.random() < 0.5:
         s.world["files"][f"{d}/{sub}/{v.filename()}"] = _prose_file(v, 2)
+    _add_near_misses(s, v, f"{d}/{sub}", base)
     s.user(ttpl(r, s.split, "errpath_hint_q").format(k=k, b=base, d=s.show_path(d)))
     s.call([s.read_call(base)])
     s.call([s.read_call(f"{d}/{base}")])
@@ -1688,6 +1720,8 @@ def fam_error(s: Session, v: Values):
             s.world["files"][f"{d}/{v.filename()}"] = _prose_file(v, 2)
         k = r.choice(list(kv))
         base = rel.split("/")[-1]
+        if s.split == "train":  # no draw in held-out
+            _add_near_misses(s, v, d, base)
         hint = r.random() < 0.5
         s.user(ttpl(r, s.split, "errpath_hint_q" if hint else "errpath_q")
                .format(k=k, b=base, d=s.show_path(d)))
