@@ -1647,7 +1647,7 @@ def _near_miss_name(v: Values, name: str) -> Optional[str]:
     for _ in range(8):
         w = v.word()
         cut = v.r.randint(2, max(2, len(stem) - 2))
-        cand = stem[:cut] + w[cut:] if v.r.random() < 0.5 else w[:len(w) - (len(stem) - cut)] + stem[cut:]
+        cand = stem[:cut] + w[cut:] if v.r.random() < 0.5 else w[:cut] + stem[cut:]
         if 4 <= len(cand) <= 14 and cand != stem and _pool_of(cand) == "train":
             return cand + "." + ext
     return None
