@@ -723,6 +723,33 @@ class TrainValuesAndReadAnswersTest(unittest.TestCase):
             n_open += any(r.fullmatch(u) for u in users for r in opener_rx)
         self.assertGreater(n_open, 30)
 
+    def test_recall_openers_show_the_text_unless_told_not_to(self):
+        # Only an opener that says not to show the file gets a summary; the rest show its text
+        # (run 23 answered held-out "I'd like to see X" with opener summaries: "Read it: 6 keys.").
+        opener_rx = [(_request_rx(t), any(w in t for w in data._RECALL_NO_SHOW))
+                     for t in data._RECALL_READ_Q]
+        self.assertGreaterEqual(sum(ns for _, ns in opener_rx), 3)
+        seen = {True: 0, False: 0}
+        for i in range(200):
+            msgs = data.make_sample(23, i, "train", "recall", (1500, 3000))["messages"]
+            for k, m in enumerate(msgs):
+                if m["role"] != "user":
+                    continue
+                hit = next((ns for rx, ns in opener_rx if rx.fullmatch(m["content"])), None)
+                if hit is None:
+                    continue
+                result, final = msgs[k + 2], msgs[k + 3]
+                self.assertEqual(result["role"], "tool")
+                self.assertEqual(final["role"], "assistant")
+                self.assertFalse(final.get("tool_calls"))
+                if hit:
+                    self.assertNotIn(result["content"], final["content"], m["content"])
+                else:
+                    self.assertIn(result["content"], final["content"], m["content"])
+                seen[hit] += 1
+        self.assertGreater(seen[True], 5)
+        self.assertGreater(seen[False], 2 * seen[True])  # 7 of the 10 phrasings show the text
+
     def test_recall_read_phrasings_distinct_and_not_near_heldout(self):
         held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]
         self.assertTrue(data.T["read_q"][1])

@@ -863,7 +863,13 @@ _RECALL_READ_Q = ["Read {f}; I'll ask you about it later.", "Please read {f} and
                   "Have a look at {f}. I will have questions about it.",
                   "Take in {f} for now, questions come later.", "Load {f} so you know it.",
                   "Go through {f}, we'll need it later.", "First, read {f} and remember it.",
-                  "Read {f} for later, no need to show it."]
+                  "Read {f} for later, no need to show it.",
+                  "Just read {f} quietly, don't print it.", "Read {f} without showing it to me."]
+# Only the openers that say not to show the file are answered with a summary; the others show
+# the text, as any request to read a file is. Run 23 answered 8 of its 11 failed held-out single
+# tasks ("I'd like to see X", "In X, what's limit?") with an opener summary ("Read it: 6 keys."):
+# the summaries followed 19% of the train samples' file reads, whatever the request said.
+_RECALL_NO_SHOW = ("no need to show", "don't print", "without showing")
 
 # Train notool exchanges: (question, answer, field holding the expected value) by sub-kind.
 # Every one is answerable from the message alone; the sample still offers tools. Fields come
@@ -1980,12 +1986,16 @@ def fam_recall(s: Session, v: Values, target_chars):
         s.world["files"][rel] = text
         k = r.choice(list(kv))
         f = s.show_path(rel)
-        s.user((r.choice(_RECALL_READ_Q) if train else tpl(r, s.split, "read_q")).format(f=f))
-        s.call([s.read_call(rel)])
-        s.answer(r.choice([f"{f} holds {len(kv)} settings.", "Done, I have read it.",
-                           f"It has these keys: {', '.join(kv)}."]
-                          + ([f"Read it: {len(kv)} keys.", "I've read the file.",
-                              f"{f} is a config file with {len(kv)} entries."] if train else [])))
+        opener = (r.choice(_RECALL_READ_Q) if train else tpl(r, s.split, "read_q")).format(f=f)
+        s.user(opener)
+        res = s.call([s.read_call(rel)])[0]
+        if train and not any(w in opener for w in _RECALL_NO_SHOW):
+            s.answer(r.choice(_FILLER_READ_A).format(f=f, r=res))
+        else:
+            s.answer(r.choice([f"{f} holds {len(kv)} settings.", "Done, I have read it.",
+                               f"It has these keys: {', '.join(kv)}."]
+                              + ([f"Read it: {len(kv)} keys.", "I've read the file.",
+                                  f"{f} is a config file with {len(kv)} entries."] if train else [])))
         q = (r.choice(T["recall_file_q"][0]) if train else
              r.choice([t for t in T['recall_q'][1] if "{f}" in t])).format(f=f, k=k)
         ans = ttpl(r, s.split, "recall_file_a").format(k=k, f=f, v=kv[k])
