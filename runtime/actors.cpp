@@ -680,6 +680,7 @@ void on_generation(agent_ptr self, gen_done& d) {
   c.n_decoded = d.n_generated;
   s.calls = act.calls;
   s.sum.round_limit = s.sum.round_limit || act.round_limit;
+  s.sum.repeat_limit = s.sum.repeat_limit || act.repeat_limit;
   self->request(s.store, caf::infinite, commit_atom::value, std::move(c))
       .then(
           [self, act](store_reply& r) {

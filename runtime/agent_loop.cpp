@@ -56,6 +56,7 @@ result<std::vector<int32_t>> agent_loop::begin_turn(const std::string& user_text
   if (!toks) return toks;
   msgs_ = std::move(next);
   round_ = 0;
+  failed_.clear();
   phase_ = agent_phase::generating;
   parser_.emplace(false);
   dec_ = model::stream_decoder(tok_);
@@ -120,6 +121,17 @@ reply_action agent_loop::end_reply(bool stopped) {
     msgs_.back().tool_calls.clear();
     if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);
   }
+  if (!act.calls.empty() && limits_.max_repeated_failures > 0) {
+    for (const tool_call& c : act.calls) {
+      auto it = failed_.find(c.name + '\n' + c.arguments_json);
+      if (it != failed_.end() && it->second >= limits_.max_repeated_failures) act.repeat_limit = true;
+    }
+    if (act.repeat_limit) {
+      act.calls.clear();
+      msgs_.back().tool_calls.clear();
+      if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);
+    }
+  }
   if (act.calls.empty()) {
     phase_ = agent_phase::idle;
   } else {
@@ -140,8 +152,10 @@ result<std::vector<int32_t>> agent_loop::tool_results(std::vector<tool_outcome> 
     t.role = model::chat_role::tool;
     t.tool_call_id = c.id;
     auto it = by_id.find(c.id);
+    bool failed = it == by_id.end() || it->second.is_error || !c.error.empty();
     if (it == by_id.end()) t.content = "error: no result for this call";
     else t.content = it->second.is_error ? "error: " + it->second.text : it->second.text;
+    if (failed) ++failed_[c.name + '\n' + c.arguments_json];
     next.push_back(std::move(t));
   }
   auto toks = delta_tokens(next);

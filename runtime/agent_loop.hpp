@@ -7,8 +7,8 @@
 //   idle ───────────────► generating ─────────────────────────► running_tools
 //    ▲                     │   ▲  │                                  │
 //    │   end_reply         │   │  └── on_token (stream: text, DSML)   │ tool_results
-//    └── (no calls, or ────┘   └──────────────────────────────────────┘
-//         round limit)
+//    └── (no calls, round ─┘   └──────────────────────────────────────┘
+//         or repeat limit)
 //   cancel: any state ──► idle (the turn ends; the transcript stays valid)
 //
 // Invariants:
@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ const char* agent_phase_name(agent_phase p);
 struct agent_limits {
   int max_new_tokens = 512;   // per model reply
   int max_tool_rounds = 8;    // model replies with tool calls per user turn
+  // A call (same tool, same arguments text) that already failed this many times in the turn ends
+  // the turn when the model makes it again, instead of running it a futile time more; 0: no limit.
+  int max_repeated_failures = 2;
 };
 
 // A call the model made, ready to run (or already failed: `error` set, never run).
@@ -61,6 +65,7 @@ struct reply_action {
   std::string content;           // the reply's text (without the DSML block)
   std::vector<std::string> parse_errors;
   bool round_limit = false;      // calls were made but the round limit was reached
+  bool repeat_limit = false;     // a call repeated one that already failed max_repeated_failures times
 };
 
 class agent_loop {
@@ -111,6 +116,7 @@ class agent_loop {
   std::string raw_reply_;
   std::vector<tool_call> pending_;
   std::vector<tool_call> interrupted_;
+  std::map<std::string, int> failed_;  // this turn's failed calls: name + '\n' + arguments -> count
 };
 
 }  // namespace cedar::runtime

@@ -17,7 +17,9 @@ std::string agent_options_to_json(const agent_options& o) {
                {"seed", o.seed},
                {"max_new_tokens", o.max_new_tokens},
                {"max_tool_rounds", o.max_tool_rounds},
-               {"tool_timeout_ms", o.tool_timeout_ms}}
+               {"max_repeated_failures", o.max_repeated_failures},
+               {"tool_timeout_ms", o.tool_timeout_ms},
+               {"constrain_tool_calls", o.constrain_tool_calls}}
       .dump();
 }
 
@@ -65,7 +67,12 @@ result<agent_options> agent_options_from_json(std::string_view json, const agent
   }
   CEDAR_TRY(integer("max_new_tokens", o.max_new_tokens));
   CEDAR_TRY(integer("max_tool_rounds", o.max_tool_rounds));
+  CEDAR_TRY(integer("max_repeated_failures", o.max_repeated_failures));
   CEDAR_TRY(integer("tool_timeout_ms", o.tool_timeout_ms));
+  if (j.contains("constrain_tool_calls")) {
+    if (!j["constrain_tool_calls"].is_boolean()) return bad("constrain_tool_calls", "true or false");
+    o.constrain_tool_calls = j["constrain_tool_calls"].get<bool>();
+  }
   return o;
 }
 

@@ -177,6 +177,7 @@ static agent_config to_config(const agent_options& o, std::shared_ptr<observer> 
   c.seed = o.seed;
   c.limits.max_new_tokens = std::max(1, o.max_new_tokens);
   c.limits.max_tool_rounds = std::max(0, o.max_tool_rounds);
+  c.limits.max_repeated_failures = std::max(0, o.max_repeated_failures);
   c.tool_timeout_ms = std::max(1, o.tool_timeout_ms);
   c.constrain_tool_calls = o.constrain_tool_calls;
   return c;
@@ -326,6 +327,7 @@ result<turn_result> agent::ask(const std::string& text, const std::function<void
   r.answer = sum.answer;
   r.cancelled = sum.cancelled;
   r.round_limit = sum.round_limit;
+  r.repeat_limit = sum.repeat_limit;
   r.rounds = sum.rounds;
   r.tool_calls = sum.tool_calls;
   r.invalid_tool_calls = sum.invalid_tool_calls;

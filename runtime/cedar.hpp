@@ -84,6 +84,9 @@ struct agent_options {
   uint64_t seed = 0;
   int max_new_tokens = 256;        // per model reply
   int max_tool_rounds = 8;         // model replies with tool calls per ask()
+  // A call (same tool, same arguments) that already failed this many times in one ask() ends the
+  // turn (turn_result::repeat_limit) when the model makes it again; 0: no limit.
+  int max_repeated_failures = 2;
   int tool_timeout_ms = 30000;
   // Constrained decoding of tool calls: only offered tool names, their schemas' parameter names
   // and string/JSON forms, required parameters before a call closes (model/tool_grammar.hpp).
@@ -105,6 +108,7 @@ struct turn_result {
   std::string answer;
   bool cancelled = false;
   bool round_limit = false;     // the model kept calling tools past max_tool_rounds
+  bool repeat_limit = false;    // the model repeated a call that had failed max_repeated_failures times
   int rounds = 0, tool_calls = 0;
   // Calls that could not run as made: malformed DSML, a tool not offered, arguments that are not
   // JSON or do not match the tool's input schema. (A tool that ran and reported an error is valid.)

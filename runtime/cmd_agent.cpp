@@ -52,7 +52,7 @@ void add_common(CLI::App* c, agent_args& a) {
   c->add_option("--store", a.store, "session store (SQLite); default: the user's data directory");
   c->add_option("--agent", a.agent_file,
                 "agent JSON: {name, system_prompt, tools, temperature, top_p, seed, max_new_tokens, "
-                "max_tool_rounds, tool_timeout_ms, constrain_tool_calls}");
+                "max_tool_rounds, max_repeated_failures, tool_timeout_ms, constrain_tool_calls}");
   c->add_option("--mcp-config", a.mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
   c->add_option("--files-root", a.files_root, "directory file_read/file_list may read")->capture_default_str();
   c->add_option("--session", a.session, "continue this stored session instead of starting a new one");
@@ -80,6 +80,7 @@ result<agent_options> load_agent_options(const agent_args& a) {
       o.seed = j.value("seed", o.seed);
       o.max_new_tokens = j.value("max_new_tokens", o.max_new_tokens);
       o.max_tool_rounds = j.value("max_tool_rounds", o.max_tool_rounds);
+      o.max_repeated_failures = j.value("max_repeated_failures", o.max_repeated_failures);
       o.tool_timeout_ms = j.value("tool_timeout_ms", o.tool_timeout_ms);
       o.constrain_tool_calls = j.value("constrain_tool_calls", o.constrain_tool_calls);
     } catch (const njson::exception& e) {
@@ -139,7 +140,7 @@ njson to_json(const turn_result& r, int64_t session) {
                {"replayed_tokens", r.replayed_tokens}, {"context", r.context},
                {"resume_path", r.resume_path}, {"first_token_ms", r.first_token_ms},
                {"total_ms", r.total_ms},     {"cancelled", r.cancelled},
-               {"round_limit", r.round_limit}};
+               {"round_limit", r.round_limit}, {"repeat_limit", r.repeat_limit}};
 }
 
 void print_summary(const turn_result& r, int64_t session) {
@@ -149,7 +150,10 @@ void print_summary(const turn_result& r, int64_t session) {
                "resume %s, first token %.0f ms, total %.0f ms%s\n",
                (long long)session, r.rounds, r.tool_calls, (long long)r.prompt_tokens, (long long)r.generated_tokens,
                (long long)r.context, r.resume_path.c_str(), r.first_token_ms, r.total_ms,
-               r.cancelled ? " (cancelled)" : r.round_limit ? " (tool round limit)" : "");
+               r.cancelled      ? " (cancelled)"
+               : r.round_limit  ? " (tool round limit)"
+               : r.repeat_limit ? " (stopped: a call repeated after failing)"
+                                : "");
 }
 
 int cmd_run(agent_args a, const std::string& task) {

@@ -162,6 +162,7 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   ao.temperature = 0;
   ao.max_new_tokens = s.max_new_tokens;
   ao.max_tool_rounds = s.max_rounds;
+  ao.max_repeated_failures = s.max_repeated_failures;
   ao.constrain_tool_calls = s.constrain_tool_calls;
   auto a = (*rt)->create_agent(ao);
   if (!a) {
@@ -218,6 +219,7 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
     o.generated_tokens += r->generated_tokens;
     o.context = r->context;
     o.round_limit = o.round_limit || r->round_limit;
+    o.repeat_limit = o.repeat_limit || r->repeat_limit;
     for (const auto& p : r->resume_paths) {
       if (p == "fresh") o.fresh++;
       else if (p == "resident") o.resident++;
@@ -251,7 +253,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
   auto summarize = [](const std::vector<const eval_outcome*>& v) {
     njson j;
     int64_t ok = 0, calls = 0, invalid = 0, errors = 0, turns = 0, rounds = 0, prompt = 0, replayed = 0, masked = 0;
-    int64_t fresh = 0, resident = 0, rep = 0, repre = 0;
+    int64_t fresh = 0, resident = 0, rep = 0, repre = 0, round_limits = 0, repeat_limits = 0;
     for (const eval_outcome* o : v) {
       ok += o->ok;
       calls += o->tool_calls;
@@ -263,6 +265,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
       prompt += o->prompt_tokens;
       replayed += o->replayed_tokens;
       fresh += o->fresh, resident += o->resident, rep += o->replayed, repre += o->reprefilled;
+      round_limits += o->round_limit, repeat_limits += o->repeat_limit;
     }
     const double n = v.empty() ? 1.0 : double(v.size());
     j["tasks"] = v.size();
@@ -278,6 +281,8 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
     j["mean_replayed_tokens"] = double(replayed) / n;
     j["resume_paths"] = {{"fresh", fresh}, {"resident", resident}, {"replayed", rep}, {"reprefilled", repre}};
     j["task_errors"] = errors;
+    j["round_limit_tasks"] = round_limits;    // a turn ended at --max-rounds
+    j["repeat_limit_tasks"] = repeat_limits;  // a turn ended on a call repeated after failing
     return j;
   };
   std::vector<const eval_outcome*> all;
@@ -307,7 +312,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
                       {"masked_tokens", o.masked_tokens},
                       {"tool_errors", o.tool_errors}, {"prompt_tokens", o.prompt_tokens},
                       {"replayed_tokens", o.replayed_tokens}, {"generated_tokens", o.generated_tokens},
-                      {"context", o.context}, {"round_limit", o.round_limit},
+                      {"context", o.context}, {"round_limit", o.round_limit}, {"repeat_limit", o.repeat_limit},
                       {"resume_paths", {{"fresh", o.fresh}, {"resident", o.resident}, {"replayed", o.replayed},
                                         {"reprefilled", o.reprefilled}}},
                       {"answer", o.answer}, {"seconds", o.seconds}});
@@ -321,7 +326,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
     std::string tasks;
     std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
     std::string mcp_config, family, resume = "replay", kv = "fp4", transcripts;
-    int limit = -1, max_rounds = 8, max_new_tokens = 256;
+    int limit = -1, max_rounds = 8, max_repeated_failures = 2, max_new_tokens = 256;
     bool json = false, details = false, exact = false, unconstrained = false;
   };
   auto a = std::make_shared<eval_args>();
@@ -336,6 +341,9 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   c->add_option("--transcripts", a->transcripts,
                 "write each task's conversation (user turns, model text, tool calls and results) to DIR/<id>.json");
   c->add_option("--max-rounds", a->max_rounds, "model replies with tool calls per user turn")->capture_default_str();
+  c->add_option("--max-repeated-failures", a->max_repeated_failures,
+                "end a turn when the model repeats a call that already failed this many times in it (0: never)")
+      ->capture_default_str();
   c->add_option("--max-new-tokens", a->max_new_tokens, "tokens per model reply")->capture_default_str();
   c->add_option("--resume", a->resume, "resume policy: replay (FP4 KV + bounded replay), reprefill (exact), resident")
       ->check(CLI::IsMember({"replay", "reprefill", "resident"}))
@@ -376,6 +384,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                                           : resume_policy::replay;
     s.kv_unquantised = a->kv == "bf16";
     s.max_rounds = std::max(0, a->max_rounds);
+    s.max_repeated_failures = std::max(0, a->max_repeated_failures);
     s.max_new_tokens = std::max(1, a->max_new_tokens);
     s.constrain_tool_calls = !a->unconstrained;
     auto m = model::load_model_dir(a->model_dir, /*need_tokenizer=*/true);
@@ -438,6 +447,8 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                 j["mean_turns"].get<double>(), j["mean_rounds"].get<double>(), j["mean_prompt_tokens"].get<double>(),
                 j["mean_replayed_tokens"].get<double>(), policy_name(s.resume), s.kv_unquantised ? "bf16" : "fp4",
                 s.constrain_tool_calls ? "constrained" : "free", secs);
+    std::printf("tasks with a turn ended at --max-rounds: %lld, on a call repeated after failing: %lld\n",
+                (long long)j["round_limit_tasks"].get<int64_t>(), (long long)j["repeat_limit_tasks"].get<int64_t>());
     if (j.contains("families"))
       for (const auto& [name, f] : j["families"].items())
         std::printf("  %-10s %3lld/%-3lld ok (%s), valid tool calls %s\n", name.c_str(), (long long)f["ok"].get<int64_t>(),

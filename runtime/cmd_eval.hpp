@@ -24,6 +24,7 @@ struct eval_settings {
   resume_policy resume = resume_policy::replay;
   bool kv_unquantised = false;
   int max_rounds = 8;                    // model replies with tool calls per user turn
+  int max_repeated_failures = 2;         // agent_options::max_repeated_failures
   int max_new_tokens = 256;              // per model reply
   bool constrain_tool_calls = true;      // agent_options::constrain_tool_calls
   std::string default_system = "You are cedar, a helpful assistant. Use the tools when they help.";
@@ -47,6 +48,7 @@ struct eval_outcome {
   int64_t prompt_tokens = 0, replayed_tokens = 0, generated_tokens = 0, context = 0;
   int fresh = 0, resident = 0, replayed = 0, reprefilled = 0;  // resume path of every generation
   bool round_limit = false;
+  bool repeat_limit = false;             // a turn ended on a call repeated after failing
   std::string answer;                    // the final answer
   double seconds = 0;
   std::vector<eval_step> transcript;     // every step, in order

@@ -261,6 +261,7 @@ struct turn_summary {
   std::string error;      // the turn failed (the transcript up to it is committed)
   std::string answer;
   bool cancelled = false, round_limit = false;
+  bool repeat_limit = false;  // turn_result::repeat_limit
   int32_t rounds = 0, tool_calls = 0;
   int32_t invalid_tool_calls = 0;  // turn_result::invalid_tool_calls
   int64_t masked_tokens = 0;       // turn_result::masked_tokens
@@ -271,7 +272,7 @@ struct turn_summary {
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, turn_summary& x) {
-  return f(caf::meta::type_name("turn_summary"), x.error, x.answer, x.cancelled, x.round_limit, x.rounds, x.tool_calls,
+  return f(caf::meta::type_name("turn_summary"), x.error, x.answer, x.cancelled, x.round_limit, x.repeat_limit, x.rounds, x.tool_calls,
            x.invalid_tool_calls, x.masked_tokens, x.prompt_tokens, x.generated_tokens, x.replayed_tokens, x.context, x.resume_path,
            x.resume_paths, x.first_token_ms, x.total_ms);
 }

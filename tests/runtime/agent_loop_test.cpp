@@ -127,6 +127,57 @@ TEST(AgentLoop, RoundLimitEndsTheTurn) {
   EXPECT_EQ(loop.phase(), agent_phase::idle);
 }
 
+TEST(AgentLoop, ACallRepeatedAfterFailingTwiceEndsTheTurn) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});  // max_repeated_failures = 2
+  ASSERT_TRUE(loop.begin_turn("divide").ok());
+  // The same failing call twice runs twice (a retry can be worth it: a tool may fail transiently).
+  for (int i = 0; i < 2; ++i) {
+    reply_action a = reply(loop, calc_call("1/0"));
+    ASSERT_EQ(a.calls.size(), 1u) << i;
+    EXPECT_FALSE(a.repeat_limit);
+    ASSERT_TRUE(loop.tool_results({{a.calls[0].id, "division by zero", true, 0}}).ok());
+  }
+  // A different call that fails, and one that succeeds, do not count against "1/0".
+  reply_action c = reply(loop, calc_call("2/0"));
+  ASSERT_EQ(c.calls.size(), 1u);
+  ASSERT_TRUE(loop.tool_results({{c.calls[0].id, "division by zero", true, 0}}).ok());
+  // The third "1/0" is not run: the turn ends, like the round limit, with no call pending.
+  reply_action d = reply(loop, calc_call("1/0"));
+  EXPECT_TRUE(d.repeat_limit);
+  EXPECT_FALSE(d.round_limit);
+  EXPECT_TRUE(d.calls.empty());
+  EXPECT_EQ(loop.phase(), agent_phase::idle);
+  EXPECT_TRUE(loop.messages().back().tool_calls.empty());
+
+  // Counts are per turn: the next turn may make the call again.
+  ASSERT_TRUE(loop.begin_turn("try again").ok());
+  reply_action e = reply(loop, calc_call("1/0"));
+  EXPECT_EQ(e.calls.size(), 1u);
+  EXPECT_FALSE(e.repeat_limit);
+}
+
+TEST(AgentLoop, RepeatedSuccessfulCallsAndADisabledLimitNeverStopATurn) {
+  auto tok = test::test_tokenizer();
+  agent_loop ok_loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});
+  ASSERT_TRUE(ok_loop.begin_turn("again and again").ok());
+  for (int i = 0; i < 4; ++i) {
+    reply_action a = reply(ok_loop, calc_call("1+1"));
+    ASSERT_EQ(a.calls.size(), 1u) << i;
+    ASSERT_TRUE(ok_loop.tool_results({{a.calls[0].id, "2", false, 0}}).ok());
+  }
+  agent_limits off;
+  off.max_repeated_failures = 0;
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, off);
+  ASSERT_TRUE(loop.begin_turn("divide").ok());
+  for (int i = 0; i < 4; ++i) {
+    reply_action a = reply(loop, calc_call("1/0"));
+    ASSERT_EQ(a.calls.size(), 1u) << i;
+    EXPECT_FALSE(a.repeat_limit);
+    ASSERT_TRUE(loop.tool_results({{a.calls[0].id, "division by zero", true, 0}}).ok());
+  }
+}
+
 TEST(AgentLoop, CancelWhileRunningToolsLeavesAValidTranscript) {
   auto tok = test::test_tokenizer();
   agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});

@@ -308,6 +308,11 @@ TEST(EvalEndToEnd, CiSetRunsThroughTheRuntimeWithBoundedReplay) {
   EXPECT_EQ(j["ok"], ok);
   EXPECT_DOUBLE_EQ(j["success_rate"].get<double>(), double(ok) / double(out.size()));
   EXPECT_EQ(j["tool_calls"], calls);
+  int round_limits = 0, repeat_limits = 0;
+  for (const auto& o : out) round_limits += o.round_limit, repeat_limits += o.repeat_limit;
+  EXPECT_EQ(j["round_limit_tasks"], round_limits);
+  EXPECT_EQ(j["repeat_limit_tasks"], repeat_limits);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(j["results"][i]["repeat_limit"], out[i].repeat_limit) << i;
   EXPECT_EQ(j["families"].size(), 6u);
   EXPECT_EQ(j["results"].size(), out.size());
   EXPECT_EQ(j["resume"], "replay");

@@ -4,6 +4,7 @@
 // so fails loudly here rather than passing vacuously); the test swaps in its own "calculator".
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -121,6 +122,48 @@ TEST(ToolFaults, AFailingToolIsAnErrorResultAndTheLoopGoesOn) {
   EXPECT_EQ(s.errors, s.calls);
   EXPECT_NE(s.last_result.find("calculator backend is down"), std::string::npos) << s.last_result;
   EXPECT_GE(r->rounds, 2);
+}
+
+// A note that does not exist, the real notes tools, room for many rounds: the default model asks
+// for the key, then for a variant, then for one of them again (in the held-out eval it went on
+// until --max-rounds). With max_repeated_failures = 1 the repeat is not run: the turn ends, no
+// failed call runs twice, and the session goes on.
+TEST(ToolFaults, ACallRepeatedAfterFailingEndsTheTurnWithoutRunningAgain) {
+  test::temp_dir dir;
+  runtime_options ro;
+  ro.model_dir = test::src("model/weights/cedar-agent-tiny");
+  ro.store_path = dir.file("s.db");
+  auto rt = agent_runtime::open(ro);  // the built-in tools
+  ASSERT_TRUE(rt.ok()) << rt.err().message;
+  agent_options o;
+  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
+  o.tools = {"notes_read", "notes_save", "calculator"};
+  o.max_new_tokens = 120;
+  o.max_tool_rounds = 8;
+  o.max_repeated_failures = 1;
+  auto a = (*rt)->create_agent(o);
+  ASSERT_TRUE(a.ok());
+  std::vector<std::string> ran;
+  int errors = 0;
+  auto r = a->ask("Look up my note called ploutwo.", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call) ran.push_back(e.tool + " " + e.arguments);
+    if (e.type == agent_event::kind::tool_result) errors += e.is_error;
+  });
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_FALSE(ran.empty()) << "the default model no longer reads the note";
+  EXPECT_TRUE(r->repeat_limit) << "the default model no longer repeats a failed call; answer: " << r->answer;
+  EXPECT_FALSE(r->round_limit);
+  EXPECT_EQ(errors, int(ran.size()));  // every call failed: the note does not exist
+  std::vector<std::string> distinct = ran;
+  std::sort(distinct.begin(), distinct.end());
+  EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "a failed call ran twice";
+  EXPECT_EQ(r->tool_calls, int(ran.size()));
+  EXPECT_EQ(r->rounds, int(ran.size()) + 1);  // the last reply's call was not run
+  EXPECT_LT(r->rounds, 8);
+  // The transcript is valid: the next turn runs on the same session.
+  auto r2 = a->ask("What is 6 * 7?");
+  ASSERT_TRUE(r2.ok()) << r2.err().message;
+  EXPECT_GT(r2->context, r->context);
 }
 
 TEST(ToolFaults, CancelDuringAToolEndsTheTurnAndTheSessionContinues) {
