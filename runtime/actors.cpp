@@ -659,9 +659,14 @@ void on_generation(agent_ptr self, gen_done& d) {
   s.round_items.clear();
   njson calls = njson::array();
   for (const tool_call& tc : act.calls) calls.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json}});
+  // Why the turn ended here without an answer, and the calls that were not run (dashboard).
+  njson refused = njson::array();
+  for (const tool_call& tc : act.refused) refused.push_back({{"name", tc.name}, {"arguments", tc.arguments_json}});
+  const char* turn_end = act.round_limit ? "round_limit" : act.repeat_limit ? "repeat_limit" : "";
   uint64_t end = d.first_token + d.tokens.size();
   c.items.push_back(make_item("assistant",
                               njson{{"content", act.content}, {"tool_calls", calls}, {"stopped", d.stopped},
+                                    {"turn_end", turn_end}, {"refused_calls", refused},
                                     {"parse_errors", act.parse_errors}, {"resume_path", d.resume_path},
                                     {"prefill_ms", d.prefill_ms}, {"decode_ms", d.decode_ms},
                                     {"n_prompt", d.n_prompt}, {"n_generated", d.n_generated},

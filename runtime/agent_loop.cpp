@@ -117,6 +117,7 @@ reply_action agent_loop::end_reply(bool stopped) {
 
   if (!act.calls.empty() && round_ > limits_.max_tool_rounds) {
     act.round_limit = true;
+    act.refused = std::move(act.calls);
     act.calls.clear();
     msgs_.back().tool_calls.clear();
     if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);
@@ -127,6 +128,7 @@ reply_action agent_loop::end_reply(bool stopped) {
       if (it != failed_.end() && it->second >= limits_.max_repeated_failures) act.repeat_limit = true;
     }
     if (act.repeat_limit) {
+      act.refused = std::move(act.calls);
       act.calls.clear();
       msgs_.back().tool_calls.clear();
       if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);

@@ -66,6 +66,7 @@ struct reply_action {
   std::vector<std::string> parse_errors;
   bool round_limit = false;      // calls were made but the round limit was reached
   bool repeat_limit = false;     // a call repeated one that already failed max_repeated_failures times
+  std::vector<tool_call> refused;  // the reply's calls a limit stopped: not run, not in messages()
 };
 
 class agent_loop {

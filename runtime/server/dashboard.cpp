@@ -495,6 +495,13 @@ void mount_dashboard(httplib::Server& svr, agent_runtime& rt) {
         return send_error(res, 400, "'max_new_tokens' must be an integer in [1, 8192]");
       o.max_new_tokens = b["max_new_tokens"].get<int>();
     }
+    for (auto [key, out] : {std::pair<const char*, int*>{"max_tool_rounds", &o.max_tool_rounds},
+                            std::pair<const char*, int*>{"max_repeated_failures", &o.max_repeated_failures}}) {
+      if (!b.contains(key)) continue;
+      if (!b[key].is_number_integer() || b[key].get<int64_t>() < 0 || b[key].get<int64_t>() > 64)
+        return send_error(res, 400, std::string("'") + key + "' must be an integer in [0, 64]");
+      *out = b[key].get<int>();
+    }
     std::string message = b.value("message", "");
     if (message.empty()) return send_error(res, 400, "'message' (the first user message) is empty");
     auto a = st->rt.create_agent(o);

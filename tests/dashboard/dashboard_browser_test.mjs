@@ -134,6 +134,20 @@ try {
   await page.waitForSelector('#timeline .turn');
   check(true, 'fork at a turn opens the forked session with its history');
 
+  // A turn the repeat guard ends (max_repeated_failures 1; the default model asks for a missing
+  // note, a variant, then one of them again): the timeline says why and shows the call not run.
+  const guarded = await (await fetch(`${base}/api/dash/agents`, {
+    method: 'POST', headers: { Authorization: 'Bearer ' + token, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ name: 'notes', message: 'Look up my note called ploutwo.', max_new_tokens: 120,
+      tools: ['notes_read', 'notes_save', 'calculator'], max_tool_rounds: 8, max_repeated_failures: 1,
+      system_prompt: 'You are cedar, a helpful assistant. Use the tools when they help.' }) })).json();
+  check(guarded.session > 0, `agent with max_repeated_failures 1 started: session ${guarded.session}`);
+  await page.goto(`${base}/#/session/${guarded.session}`);
+  await page.waitForSelector('#timeline .turn-end[data-turn-end="repeat_limit"]', { timeout: 120000 });
+  const endText = await page.textContent('#timeline .turn-end');
+  check(/repeated a call that had already failed/.test(endText) && /not run: notes_read/.test(endText),
+    'the timeline shows the turn ended by the repeat guard: ' + endText.replace(/\s+/g, ' ').slice(0, 120));
+
   await page.goto(`${base}/#/executor`);
   await page.waitForSelector('#exec-chart .uplot', { timeout: 20000 });
   check(true, 'executor view draws the tok/s chart (uPlot)');

@@ -124,6 +124,8 @@ TEST(AgentLoop, RoundLimitEndsTheTurn) {
   reply_action b = reply(loop, calc_call("2+2"));
   EXPECT_TRUE(b.round_limit);
   EXPECT_TRUE(b.calls.empty());
+  ASSERT_EQ(b.refused.size(), 1u);  // kept for the transcript item (dashboard: "not run")
+  EXPECT_EQ(b.refused[0].arguments_json, R"({"expression": "2+2"})");
   EXPECT_EQ(loop.phase(), agent_phase::idle);
 }
 
@@ -147,6 +149,9 @@ TEST(AgentLoop, ACallRepeatedAfterFailingTwiceEndsTheTurn) {
   EXPECT_TRUE(d.repeat_limit);
   EXPECT_FALSE(d.round_limit);
   EXPECT_TRUE(d.calls.empty());
+  ASSERT_EQ(d.refused.size(), 1u);
+  EXPECT_EQ(d.refused[0].name, "calculator");
+  EXPECT_EQ(d.refused[0].arguments_json, R"({"expression": "1/0"})");
   EXPECT_EQ(loop.phase(), agent_phase::idle);
   EXPECT_TRUE(loop.messages().back().tool_calls.empty());
 

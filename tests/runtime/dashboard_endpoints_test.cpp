@@ -138,6 +138,37 @@ TEST_F(DashboardEndpoints, RequestsWithoutTheTokenGet401) {
   EXPECT_EQ(p->status, 401);
 }
 
+// A turn the repeat guard ended: the timeline's assistant item says why and which call was not
+// run (the same prompt, tools and limit as ToolFaults.ACallRepeatedAfterFailingEnds...: the
+// default model asks for a missing note, a variant, then one of them again).
+TEST_F(DashboardEndpoints, ATurnEndedByTheRepeatGuardShowsTheCallNotRun) {
+  auto [status, j] = post("/api/dash/agents", R"({"name":"notes","message":"Look up my note called ploutwo.",)"
+                                              R"("tools":["notes_read","notes_save","calculator"],"max_new_tokens":120,)"
+                                              R"("max_tool_rounds":8,"max_repeated_failures":1,)"
+                                              R"("system_prompt":"You are cedar, a helpful assistant. Use the tools when they help."})");
+  ASSERT_EQ(status, 201) << j.dump();
+  int64_t id = j.value("session", int64_t{0});
+  njson s = wait_idle(id, 1);
+  const njson* end = nullptr;
+  int calls_run = 0;
+  for (const auto& it : s["items"]) {
+    if (it["kind"] == "tool_call") ++calls_run;
+    if (it["kind"] == "assistant" && !it["payload"].value("turn_end", std::string()).empty()) end = &it;
+  }
+  ASSERT_NE(end, nullptr) << "no turn_end on any assistant item: " << s["items"].dump();
+  EXPECT_EQ((*end)["payload"]["turn_end"], "repeat_limit");
+  ASSERT_EQ((*end)["payload"]["refused_calls"].size(), 1u);
+  EXPECT_EQ((*end)["payload"]["refused_calls"][0]["name"], "notes_read");
+  EXPECT_TRUE((*end)["payload"]["tool_calls"].empty());
+  EXPECT_GE(calls_run, 1);
+  // The refused call repeats one that ran (and failed): same arguments.
+  bool ran_before = false;
+  for (const auto& it : s["items"])
+    if (it["kind"] == "tool_call" && it["payload"]["arguments"] == (*end)["payload"]["refused_calls"][0]["arguments"])
+      ran_before = true;
+  EXPECT_TRUE(ran_before);
+}
+
 TEST_F(DashboardEndpoints, BadRequestsGetClearErrors) {
   auto [s1, j1] = post("/api/dash/agents", "not json");
   EXPECT_EQ(s1, 400);
@@ -150,6 +181,10 @@ TEST_F(DashboardEndpoints, BadRequestsGetClearErrors) {
   EXPECT_NE(j3["error"]["message"].get<std::string>().find("no_such_tool"), std::string::npos);
   auto [s4, j4] = post("/api/dash/agents", R"({"message":"hi","max_new_tokens":"many"})");
   EXPECT_EQ(s4, 400);
+  auto [s4b, j4b] = post("/api/dash/agents", R"({"message":"hi","max_repeated_failures":-1})");
+  EXPECT_EQ(s4b, 400);
+  EXPECT_NE(j4b["error"]["message"].get<std::string>().find("'max_repeated_failures' must be an integer in [0, 64]"),
+            std::string::npos) << j4b.dump();
   get_json("/api/dash/sessions/987654", 404);
   auto [s5, j5] = post("/api/dash/sessions/987654/cancel", "");
   EXPECT_EQ(s5, 404);

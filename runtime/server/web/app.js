@@ -108,6 +108,18 @@ function toolCallBox(call, result) {
   return box;
 }
 
+// A turn the runtime ended without an answer (agent_options::max_tool_rounds or
+// max_repeated_failures), with the calls of that last reply that were not run.
+function turnEndBox(p) {
+  const why = p.turn_end === 'repeat_limit'
+    ? 'turn ended: the model repeated a call that had already failed'
+    : 'turn ended: tool round limit reached';
+  const box = el('div', { class: 'turn-end', 'data-turn-end': p.turn_end }, why);
+  for (const c of p.refused_calls || [])
+    box.append(el('div', {}, 'not run: ', el('b', {}, c.name), ' ', el('code', {}, c.arguments)));
+  return box;
+}
+
 function renderTimeline(s) {
   // Group the transcript by user turn: a user item opens a block; assistant, tool_call and
   // tool_result items belong to it.
@@ -135,6 +147,7 @@ function renderTimeline(s) {
           metric('replayed', m.replayed_tokens), metric('new', m.new_tokens), metric('generated', m.generated_tokens),
           metric('resume', m.resume_path), metric('TTFT', fmtMs(m.ttft_ms || 0)), metric('decode', (m.decode_tok_s || 0).toFixed(1) + ' tok/s')));
         for (const c of it.payload.tool_calls || []) div.append(toolCallBox(c, results[c.id]));
+        if (it.payload.turn_end) div.append(turnEndBox(it.payload));
       }
     }
     return div;
