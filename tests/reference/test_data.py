@@ -750,6 +750,44 @@ class TrainValuesAndReadAnswersTest(unittest.TestCase):
         self.assertGreater(seen[True], 5)
         self.assertGreater(seen[False], 2 * seen[True])  # 7 of the 10 phrasings show the text
 
+    def test_train_singles_look_up_prices_of_unseen_items(self):
+        # Train-only single price lookups (half of them made-up items): the answer carries the
+        # asked item's price; held-out samples never get one, and no phrasing is near held-out.
+        held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]
+        for t in data.PRICE_LOOKUP_Q:
+            for h in held:
+                ratio = difflib.SequenceMatcher(None, _words(h), _words(t)).ratio()
+                self.assertLess(ratio, 0.8, f"train {t!r} is close to held-out {h!r}")
+
+        def rx(t):  # a phrasing as a regex capturing the item and the file
+            return re.compile(re.escape(t).replace(re.escape("{it}"), r"(?P<it>\S+)")
+                              .replace(re.escape("{f}"), r"(?P<f>\S+)"))
+        qrx = [rx(t) for t in data.PRICE_LOOKUP_Q]
+        n = pseudo = 0
+        for i in range(400):
+            msgs = data.make_sample(29, i, "train", "single")["messages"]
+            k = max(j for j, m in enumerate(msgs) if m["role"] == "user")
+            q = msgs[k]["content"]
+            match = next((x for x in (r.fullmatch(q) for r in qrx) if x), None)
+            if match is None:
+                continue
+            n += 1
+            self.assertEqual(msgs[k + 2]["role"], "tool")
+            result = msgs[k + 2]["content"]
+            prices = dict(ln.split(": ") for ln in result.split("\n"))
+            it = match.group("it")
+            self.assertIn(it, prices, q)
+            self.assertEqual(msgs[-1]["role"], "assistant")
+            self.assertRegex(msgs[-1]["content"], r"(?<![0-9])%s(?![0-9])" % prices[it])
+            pseudo += it not in data.ITEMS and it not in data.EXTRA_TRAIN_ITEMS
+        self.assertGreater(n, 15)
+        self.assertGreater(pseudo, n // 4)
+        for fam in ("single", None):
+            for i in range(150):
+                for m in data.make_sample(29, i, "heldout", fam, (300, 900))["messages"]:
+                    if m["role"] == "user":
+                        self.assertFalse(any(r.fullmatch(m["content"]) for r in qrx), m["content"])
+
     def test_recall_read_phrasings_distinct_and_not_near_heldout(self):
         held = [t for k, (_, ho) in data.T.items() if k.endswith("_q") for t in ho]
         self.assertTrue(data.T["read_q"][1])

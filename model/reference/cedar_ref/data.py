@@ -1373,9 +1373,9 @@ def _config_file(v: Values, n_keys=None, graded=False):
 _PSEUDO_ITEM_P = 0.3
 
 
-def _price_file(v: Values):
+def _price_file(v: Values, pseudo_p: float = _PSEUDO_ITEM_P):
     pool = v.items
-    if v.split == "train" and v.r.random() < _PSEUDO_ITEM_P:  # no draw in held-out
+    if v.split == "train" and v.r.random() < pseudo_p:  # no draw in held-out
         pool = list(dict.fromkeys(v.word() + "s" for _ in range(8)))
     items = v.r.sample(pool, min(len(pool), v.r.randint(3, 6)))
     prices = {it: v.num(1, 500) for it in items}
@@ -1419,10 +1419,34 @@ def _populate_fs(v: Values, world, n_files):
 # ---------------------------------------------------------------------------------------------
 
 
+# Train only (since session 20): one price looked up, no arithmetic. Run 23 missed 13 of the 20
+# held-out "How much would N X cost according to F?" tasks by multiplying another line's price
+# (mostly the smallest): it did not find the line of an item it had never seen. The question
+# names the item after a space (" valves"), the file line starts with it ("valves: 7"): other
+# BPE pieces, matched only by practice on words it cannot have memorised (half made-up items).
+PRICE_LOOKUP_Q = ["What is the unit price of {it} in {f}?", "Look up the price of {it} in {f}.",
+                  "{f} has prices; give me the one for {it}.", "Find {it} in {f} and tell me its price.",
+                  "{f} is a price list. What do {it} cost each?", "Which price does {f} give for {it}?",
+                  "Read {f}: what is listed for {it}?", "Tell me the {it} price from {f}."]
+PRICE_LOOKUP_A = ["{it} cost {p} each.", "The price of {it} is {p}.", "{p} per item for {it}.",
+                  "{f} lists {it} at {p}.", "{it}: {p}.", "One costs {p}."]
+
+
 def fam_single(s: Session, v: Values):
     r = v.r
     kind = r.choice(["calc", "calc", "clock", "read", "field", "list", "note"]
-                    + (["write", "search"] if s.mcp else []))
+                    + (["write", "search"] if s.mcp else [])
+                    + (["price"] if s.split == "train" else []))  # no new draw in held-out
+    if kind == "price":
+        text, prices = _price_file(v, pseudo_p=0.5)
+        rel = (v.word() + "/" if r.random() < 0.3 else "") + v.filename("csv")
+        s.world["files"][rel] = text
+        it = r.choice(list(prices))
+        f = s.show_path(rel)
+        s.user(r.choice(PRICE_LOOKUP_Q).format(it=it, f=f))
+        s.call([s.read_call(rel)])
+        s.answer(r.choice(PRICE_LOOKUP_A).format(it=it, f=f, p=prices[it]))
+        return str(prices[it])
     if kind == "write":
         rel = v.filename("txt")
         body = " ".join(v.word() for _ in range(r.randint(2, 6)))
