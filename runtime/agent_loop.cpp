@@ -5,6 +5,9 @@
 
 namespace cedar::runtime {
 
+// The repeat guard's identity of a call: the same tool with the same arguments text.
+static std::string failure_key(const tool_call& c) { return c.name + '\n' + c.arguments_json; }
+
 const char* agent_phase_name(agent_phase p) {
   switch (p) {
     case agent_phase::idle: return "idle";
@@ -115,24 +118,19 @@ reply_action agent_loop::end_reply(bool stopped) {
   model::chat_options o;
   if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);
 
-  if (!act.calls.empty() && round_ > limits_.max_tool_rounds) {
-    act.round_limit = true;
+  // The runtime's limits: the turn ends here and the calls are not run (the reply keeps its
+  // text; the calls move to `refused` for the caller and the dashboard).
+  act.round_limit = !act.calls.empty() && round_ > limits_.max_tool_rounds;
+  if (!act.calls.empty() && !act.round_limit && limits_.max_repeated_failures > 0)
+    for (const tool_call& c : act.calls) {
+      auto it = failed_.find(failure_key(c));
+      if (it != failed_.end() && it->second >= limits_.max_repeated_failures) act.repeat_limit = true;
+    }
+  if (act.round_limit || act.repeat_limit) {
     act.refused = std::move(act.calls);
     act.calls.clear();
     msgs_.back().tool_calls.clear();
     if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);
-  }
-  if (!act.calls.empty() && limits_.max_repeated_failures > 0) {
-    for (const tool_call& c : act.calls) {
-      auto it = failed_.find(c.name + '\n' + c.arguments_json);
-      if (it != failed_.end() && it->second >= limits_.max_repeated_failures) act.repeat_limit = true;
-    }
-    if (act.repeat_limit) {
-      act.refused = std::move(act.calls);
-      act.calls.clear();
-      msgs_.back().tool_calls.clear();
-      if (auto t = model::render_chat(msgs_, o); t) rendered_ = std::move(*t);
-    }
   }
   if (act.calls.empty()) {
     phase_ = agent_phase::idle;
@@ -157,7 +155,7 @@ result<std::vector<int32_t>> agent_loop::tool_results(std::vector<tool_outcome> 
     bool failed = it == by_id.end() || it->second.is_error || !c.error.empty();
     if (it == by_id.end()) t.content = "error: no result for this call";
     else t.content = it->second.is_error ? "error: " + it->second.text : it->second.text;
-    if (failed) ++failed_[c.name + '\n' + c.arguments_json];
+    if (failed) ++failed_[failure_key(c)];
     next.push_back(std::move(t));
   }
   auto toks = delta_tokens(next);

@@ -165,6 +165,19 @@ const model::model_config& agent_runtime::config() const { return *p_->config; }
 bool agent_runtime::has_engine() const { return p_->engine != nullptr; }
 const model::engine& agent_runtime::engine() const { return *p_->engine; }
 
+// The limits an agent runs under, checked where options enter (a clear error, not a clamp).
+static status check_options(const agent_options& o) {
+  auto bad = [&](const char* field, int v, const char* want) {
+    return make_error(errc::invalid_argument, "agent '" + o.name + "': " + field + " = " + std::to_string(v) +
+                                                  " (must be " + want + ")");
+  };
+  if (o.max_new_tokens < 1) return bad("max_new_tokens", o.max_new_tokens, ">= 1");
+  if (o.max_tool_rounds < 0) return bad("max_tool_rounds", o.max_tool_rounds, ">= 0");
+  if (o.max_repeated_failures < 0) return bad("max_repeated_failures", o.max_repeated_failures, ">= 0; 0 turns the guard off");
+  if (o.tool_timeout_ms < 1) return bad("tool_timeout_ms", o.tool_timeout_ms, ">= 1");
+  return {};
+}
+
 static agent_config to_config(const agent_options& o, std::shared_ptr<observer> obs) {
   agent_config c;
   c.obs = std::move(obs);
@@ -175,15 +188,16 @@ static agent_config to_config(const agent_options& o, std::shared_ptr<observer> 
   c.top_p = o.top_p;
   c.min_p = o.min_p;
   c.seed = o.seed;
-  c.limits.max_new_tokens = std::max(1, o.max_new_tokens);
-  c.limits.max_tool_rounds = std::max(0, o.max_tool_rounds);
-  c.limits.max_repeated_failures = std::max(0, o.max_repeated_failures);
-  c.tool_timeout_ms = std::max(1, o.tool_timeout_ms);
+  c.limits.max_new_tokens = o.max_new_tokens;
+  c.limits.max_tool_rounds = o.max_tool_rounds;
+  c.limits.max_repeated_failures = o.max_repeated_failures;
+  c.tool_timeout_ms = o.tool_timeout_ms;
   c.constrain_tool_calls = o.constrain_tool_calls;
   return c;
 }
 
 result<agent> agent_runtime::create_agent(const agent_options& o) {
+  CEDAR_TRY(check_options(o));
   for (const auto& name : o.tools)
     if (!p_->reg->find(name)) return make_error(errc::not_found, "agent '" + o.name + "': unknown tool '" + name + "'");
   caf::scoped_actor self{*p_->sys};
@@ -218,6 +232,7 @@ result<agent> agent_runtime::create_agent(const agent_options& o) {
 }
 
 result<agent> agent_runtime::resume_agent(int64_t session, const agent_options& o) {
+  CEDAR_TRY(check_options(o));
   caf::scoped_actor self{*p_->sys};
   result<agent> out = make_error(errc::unavailable, "store did not answer");
   self->request(p_->store, request_timeout(p_->remote), items_atom::value, session)

@@ -158,6 +158,8 @@ class agent_runtime {
   status add_tool(tools::tool t);
   std::vector<std::string> tool_names() const;
 
+  // Both refuse options out of range (errc::invalid_argument naming the field: max_new_tokens
+  // and tool_timeout_ms below 1, max_tool_rounds or max_repeated_failures below 0).
   result<agent> create_agent(const agent_options& opts);
   // An agent continuing a stored session (after a restart or crash).
   result<agent> resume_agent(int64_t session, const agent_options& opts);

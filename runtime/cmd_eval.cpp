@@ -340,11 +340,16 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   c->add_option("--mcp-config", a->mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
   c->add_option("--transcripts", a->transcripts,
                 "write each task's conversation (user turns, model text, tool calls and results) to DIR/<id>.json");
-  c->add_option("--max-rounds", a->max_rounds, "model replies with tool calls per user turn")->capture_default_str();
+  c->add_option("--max-rounds", a->max_rounds, "model replies with tool calls per user turn")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   c->add_option("--max-repeated-failures", a->max_repeated_failures,
                 "end a turn when the model repeats a call that already failed this many times in it (0: never)")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  c->add_option("--max-new-tokens", a->max_new_tokens, "tokens per model reply")->capture_default_str();
+  c->add_option("--max-new-tokens", a->max_new_tokens, "tokens per model reply")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   c->add_option("--resume", a->resume, "resume policy: replay (FP4 KV + bounded replay), reprefill (exact), resident")
       ->check(CLI::IsMember({"replay", "reprefill", "resident"}))
       ->capture_default_str();
@@ -383,9 +388,9 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                : a->resume == "resident"  ? resume_policy::resident
                                           : resume_policy::replay;
     s.kv_unquantised = a->kv == "bf16";
-    s.max_rounds = std::max(0, a->max_rounds);
-    s.max_repeated_failures = std::max(0, a->max_repeated_failures);
-    s.max_new_tokens = std::max(1, a->max_new_tokens);
+    s.max_rounds = a->max_rounds;
+    s.max_repeated_failures = a->max_repeated_failures;
+    s.max_new_tokens = a->max_new_tokens;
     s.constrain_tool_calls = !a->unconstrained;
     auto m = model::load_model_dir(a->model_dir, /*need_tokenizer=*/true);
     if (!m) {

@@ -78,3 +78,14 @@ TEST(CliGenerate, BadInputsAreClearErrors) {
   r = run("generate --model " + fx + " --tokens " + fx + "/input_ids.npy --mode fast");
   EXPECT_EQ(r.code, 2);
 }
+
+// `cedar eval`'s limits out of range are refused before anything loads (exit 2, the option named).
+TEST(CliEval, LimitsOutOfRangeAreClearErrors) {
+  const std::string tasks = src("tests/eval/ci.jsonl");
+  for (const char* opt : {"--max-repeated-failures -1", "--max-rounds -2", "--max-new-tokens 0"}) {
+    run_result r = run("eval " + tasks + " " + opt);
+    EXPECT_EQ(r.code, 2) << opt;
+    const std::string name = std::string(opt).substr(0, std::string(opt).find(' '));
+    EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+  }
+}

@@ -105,6 +105,45 @@ TEST(Runtime, UnknownSessionAndUnknownToolAreClearErrors) {
   EXPECT_NE(b.err().message.find("no_such_tool"), std::string::npos);
 }
 
+// Limits out of range are refused with the field named (they were clamped silently before), and
+// nothing is created for them: the store holds no new session.
+TEST(Runtime, OptionsOutOfRangeAreClearErrors) {
+  test::temp_dir dir;
+  auto rt = open_rt(dir.file("s.db"));
+  auto before = rt->sessions();
+  ASSERT_TRUE(before.ok());
+  struct bad_case {
+    const char* field;
+    void (*set)(agent_options&);
+  };
+  const bad_case cases[] = {
+      {"max_repeated_failures", [](agent_options& o) { o.max_repeated_failures = -1; }},
+      {"max_tool_rounds", [](agent_options& o) { o.max_tool_rounds = -3; }},
+      {"max_new_tokens", [](agent_options& o) { o.max_new_tokens = 0; }},
+      {"tool_timeout_ms", [](agent_options& o) { o.tool_timeout_ms = 0; }},
+  };
+  for (const auto& c : cases) {
+    agent_options o = small_agent();
+    c.set(o);
+    auto a = rt->create_agent(o);
+    ASSERT_FALSE(a.ok()) << c.field;
+    EXPECT_EQ(a.err().code, errc::invalid_argument) << c.field;
+    EXPECT_NE(a.err().message.find(c.field), std::string::npos) << a.err().message;
+    auto r = rt->resume_agent(1, o);
+    ASSERT_FALSE(r.ok()) << c.field;
+    EXPECT_NE(r.err().message.find(c.field), std::string::npos) << r.err().message;
+  }
+  auto after = rt->sessions();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->size(), before->size());
+  // 0 is valid for both counters (no tool rounds; the guard off) and the runtime keeps working.
+  agent_options ok = small_agent();
+  ok.max_repeated_failures = 0;
+  auto a = rt->create_agent(ok);
+  ASSERT_TRUE(a.ok()) << a.err().message;
+  EXPECT_TRUE(a->ask("hi").ok());
+}
+
 TEST(Runtime, BadModelDirIsAClearError) {
   test::temp_dir dir;
   runtime_options o;
