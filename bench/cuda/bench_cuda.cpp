@@ -3,6 +3,8 @@
 //      here, in this run — every other figure is a fraction of it;
 //   2. qgemv: decode projections (kernels/cuda/qgemv.cuh) over bf16 / fp8 (32×32 UE8M0) /
 //      fp4 (1×32) weights at m = 1, 8, 64 activation rows, several shapes; bytes read ÷ time;
+//      bf16 at m = 64 runs on tensor cores (qgemv_mma.cuh) and is timed a second time on the
+//      vector path (set_qgemv_mma(false), the baseline), the ratio printed;
 //   3. decode-step projection stream of a ~1.6B-parameter V4.1-shaped config at batch 1: every
 //      weight matrix one token reads (attention projections, indexer, shared expert, 2 of 16
 //      routed experts, LM head) of every layer, from one CUDA graph: one launch per matrix,
@@ -273,9 +275,23 @@ int main(int argc, char** argv) {
             50);
         const double bytes = (double)w.bytes_per_copy + (double)m * s.cols * 4 + (double)m * s.rows * 4;
         const std::string what = std::to_string(s.rows) + "x" + std::to_string(s.cols);
-        std::printf("%-6s %-13s %4d %10.2f %10.0f %7.1f%%\n", fmt_name(f), what.c_str(), m, t * 1e6, bytes / t / 1e9,
-                    100.0 * bytes / t / roof);
+        const bool mma = cu::qgemv_mma_enabled() && f == kc::weight_format::bf16 && m > cu::k_qgemv_m_tile;
+        std::printf("%-6s %-13s %4d %10.2f %10.0f %7.1f%%%s\n", fmt_name(f), what.c_str(), m, t * 1e6,
+                    bytes / t / 1e9, 100.0 * bytes / t / roof, mma ? "  tensor cores" : "");
         csv.row(std::string("qgemv_") + fmt_name(f), what, m, t, bytes, roof);
+        if (mma) {  // the baseline: the same launches on the vector path
+          cu::set_qgemv_mma(false);
+          const double tv = time_it(
+              [&] {
+                p.w = w.view(k++);
+                need(cu::qgemv(p, nullptr), "qgemv (vector path)");
+              },
+              50);
+          cu::set_qgemv_mma(true);
+          std::printf("%-6s %-13s %4d %10.2f %10.0f %7.1f%%  vector path; tensor cores %.2fx faster\n", fmt_name(f),
+                      what.c_str(), m, tv * 1e6, bytes / tv / 1e9, 100.0 * bytes / tv / roof, tv / t);
+          csv.row(std::string("qgemv_") + fmt_name(f) + "_vector", what, m, tv, bytes, roof);
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/qgemv.cuh"
+#include "kernels/cuda/qgemv_mma.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -180,10 +181,7 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
 #pragma unroll
         for (int q4 = 0; q4 < V / 4; q4++) {
           float4 a = __ldg(xp + q4);
-          if (g4) {  // rms_norm's (x · inv) · w
-            const float4 g = __ldg(g4 + c / 4 + q4);
-            a = make_float4(a.x * xs[j] * g.x, a.y * xs[j] * g.y, a.z * xs[j] * g.z, a.w * xs[j] * g.w);
-          }
+          if (g4) a = x_norm_apply(a, xs[j], __ldg(g4 + c / 4 + q4));  // rms_norm's (x · inv) · w
 #pragma unroll
           for (int i = 0; i < RW; i++) {
             part[i] = fmaf(wv[i][4 * q4], a.x, part[i]);
@@ -460,6 +458,7 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
 
 status qgemv(const qgemv_params& p, cudaStream_t stream) {
   if (auto st = check_params(p); !st.ok()) return st;
+  if (qgemv_mma_applies(p)) return qgemv_mma(&p, 1, stream);
   switch (class_of(p.w)) {
     case launch_class::f32: return launch_rw<weight_format::f32, 8, 1>(p, stream);
     case launch_class::bf16: return launch_rw<weight_format::bf16, 8, 2>(p, stream);
@@ -478,7 +477,12 @@ status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
       return make_error(errc::invalid_argument, "qgemv_grouped: item " + std::to_string(i) + " has m " +
                                                     std::to_string(items[i].m) + ", item 0 has " + std::to_string(items[0].m));
   }
-  // one launch per class, in chunks of k_qgemv_group_max, items in their given order
+  // one launch per class, in chunks of k_qgemv_group_max, items in their given order; the bf16
+  // class goes to the tensor-core kernel when m > k_qgemv_m_tile (one m: all its items or none)
+  auto launch = [stream](int c, const qgemv_params* chunk, int k) {
+    if (c == (int)launch_class::bf16 && qgemv_mma_applies(chunk[0])) return qgemv_mma(chunk, k, stream);
+    return launch_class_group((launch_class)c, chunk, k, stream);
+  };
   qgemv_params chunk[k_qgemv_group_max];
   for (int c = 0; c <= (int)launch_class::fp4; ++c) {
     int k = 0;
@@ -486,12 +490,12 @@ status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
       if ((int)class_of(items[i].w) != c) continue;
       chunk[k++] = items[i];
       if (k == k_qgemv_group_max) {
-        if (auto st = launch_class_group((launch_class)c, chunk, k, stream); !st.ok()) return st;
+        if (auto st = launch(c, chunk, k); !st.ok()) return st;
         k = 0;
       }
     }
     if (k > 0)
-      if (auto st = launch_class_group((launch_class)c, chunk, k, stream); !st.ok()) return st;
+      if (auto st = launch(c, chunk, k); !st.ok()) return st;
   }
   return {};
 }

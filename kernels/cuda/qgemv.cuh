@@ -15,8 +15,11 @@
 // 16-byte run of a row per step (8 bf16, 16 fp8 or 32 fp4 weights; f32 two) and dequantises
 // it in registers, and each activation read serves all RW rows. WS = 4 warps split a row's
 // columns (partials summed in shared memory, fixed order) when the matrix has too few rows to
-// give every multiprocessor ~8 warps. Activation rows are taken 8 at a time (grid.y); m > 8
-// re-reads the weights once per tile — batch-64 decode belongs to a tensor-core GEMM, not here.
+// give every multiprocessor ~8 warps. Activation rows are taken 8 at a time (grid.y), so m > 8
+// would re-read the weights once per tile: bf16 weights with m > 8 go instead to the tensor-core
+// path (qgemv_mma.cuh: mma.sync bf16, x split into bf16 hi + lo for near-fp32 products, the
+// weights read once per launch for m ≤ 64 and once per 64 rows of x beyond), in qgemv and
+// qgemv_grouped alike; the other formats keep this schedule at every m.
 // Requirements (checked, clear error): cols % 8 == 0, 16-byte-aligned rows for bf16/f32
 // (cols % 8 == 0 gives it for aligned bases), ldx ≥ cols, ldy ≥ rows.
 #pragma once
@@ -30,7 +33,7 @@ namespace cedar::kernels::cuda {
 
 struct qgemv_params {
   qmatrix w;                 // [rows, cols], device pointers
-  int m = 0;                 // activation rows, 1..any (tiled by k_m_tile)
+  int m = 0;                 // activation rows, 1..any (tiled by k_qgemv_m_tile, or 64 on tensor cores)
   const float* x = nullptr;  // [m, ldx] fp32, device
   int ldx = 0;
   float* y = nullptr;        // [m, ldy] fp32, device
@@ -44,6 +47,12 @@ struct qgemv_params {
 };
 
 constexpr int k_qgemv_m_tile = 8;
+
+// Diagnostic switch for the tensor-core path (bf16, m > k_qgemv_m_tile): on unless the
+// environment has CEDAR_CUDA_QGEMV_MMA=0 (read once); set_qgemv_mma overrides (tests and
+// benchmarks comparing both paths). Off, every item takes the vector path. Process-wide.
+bool qgemv_mma_enabled();
+void set_qgemv_mma(bool on);
 
 status qgemv(const qgemv_params& p, cudaStream_t stream);
 

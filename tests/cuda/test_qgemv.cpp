@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
@@ -476,3 +477,253 @@ TEST(cuda_qgemv_norm, rows_normalised_on_the_fly_match_the_oracle) {
     }
   }
 }
+
+// ---- tensor-core path (qgemv_mma.cuh: bf16, m > 8) ----------------------------------------------
+// The same double oracle over a grid of shapes (rows not a multiple of 16, cols a multiple of 8
+// but not 16), m from 9 to 130 (m > 64 tiles x), accumulate on / off, RMSNorm of x on the fly
+// (factors summed by the kernel or given), y poisoned with NaN unless accumulating. Tolerance
+// relative to Σ|w·x| of each output: the split x = hi + lo leaves |x − hi − lo| ≤ 2^-16 |x| per
+// product (bf16's roundoff 2^-8, twice) in the worst case, ~2^-20 on average with mixed signs;
+// seen on an H200: ≤ 1.5e-6 at 64..72 columns, ≤ 7e-7 at 512 (≤ 2.6e-6 with the norm). 5e-6,
+// and 1e-5 with the norm (as the vector path's norm test).
+namespace {
+
+// Sets the tensor-core switch for a scope and restores it after (tests that compare paths).
+struct mma_switch {
+  bool was;
+  explicit mma_switch(bool on) : was(cu::qgemv_mma_enabled()) { cu::set_qgemv_mma(on); }
+  ~mma_switch() { cu::set_qgemv_mma(was); }
+};
+
+enum class x_norm { none, summed, given };
+
+// One output of the oracle: Σ_k W[r, k] · x'[i, k] in double and Σ_k |W[r, k] · x'[i, k]|, x'
+// the row normalised (x · inv · g, inv from the double sum of squares) when g is given.
+struct oracle_out {
+  double sum, mag;
+};
+
+std::vector<oracle_out> oracle(const host_weight& hw, int64_t row0, int64_t rows, const std::vector<float>& x, int ldx,
+                               int m, const std::vector<float>* g, float eps) {
+  std::vector<oracle_out> out((size_t)m * rows);
+  std::vector<double> xr((size_t)hw.cols);
+  for (int i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t k = 0; k < hw.cols; ++k) ss += (double)x[(size_t)i * ldx + k] * x[(size_t)i * ldx + k];
+    const double inv = 1 / std::sqrt(ss / (double)hw.cols + eps);
+    for (int64_t k = 0; k < hw.cols; ++k) xr[(size_t)k] = g ? x[(size_t)i * ldx + k] * inv * (*g)[(size_t)k] : x[(size_t)i * ldx + k];
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* wr = hw.value.data() + (size_t)((row0 + r) * hw.cols);
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < hw.cols; ++k) {
+        const double t = (double)wr[k] * xr[(size_t)k];
+        s += t, mag += std::fabs(t);
+      }
+      out[(size_t)i * rows + r] = {s, mag};
+    }
+  }
+  return out;
+}
+
+// y[m, ldy] against the oracle (+ y0 when accumulating) within tol · Σ|…|; the ldy padding
+// past rows untouched (NaN, or y0 when accumulating). *worst: the largest error / Σ|…|.
+::testing::AssertionResult outputs_match(const std::vector<oracle_out>& want, const std::vector<float>& y,
+                                         const std::vector<float>& y0, bool accumulate, int m, int64_t rows, int ldy,
+                                         double tol, double* worst) {
+  *worst = 0;
+  for (int i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t o = (size_t)i * ldy + r;
+      double s = want[(size_t)i * rows + r].sum, mag = want[(size_t)i * rows + r].mag;
+      if (accumulate) s += y0[o], mag += std::fabs(y0[o]);
+      const double got = y[o];
+      if (!std::isfinite(got)) return ::testing::AssertionFailure() << "x row " << i << ", output " << r << " not written";
+      const double err = std::fabs(got - s) / (mag + 1e-30);
+      *worst = std::max(*worst, err);
+      if (err > tol)
+        return ::testing::AssertionFailure() << "x row " << i << ", output " << r << ": got " << got << ", want " << s
+                                             << " (error / sum|w x| " << err << " > " << tol << ")";
+    }
+    for (int64_t r = rows; r < ldy; ++r) {
+      const float got = y[(size_t)i * ldy + r];
+      if (accumulate ? got != y0[(size_t)i * ldy + r] : !std::isnan(got))
+        return ::testing::AssertionFailure() << "x row " << i << ": padding " << r << " written";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct mma_case {
+  int64_t rows, cols;
+  int m;
+  bool accumulate;
+  x_norm norm;
+};
+
+std::string mma_case_name(const ::testing::TestParamInfo<mma_case>& i) {
+  const auto& c = i.param;
+  return std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_m" + std::to_string(c.m) +
+         (c.accumulate ? "_acc" : "") + (c.norm == x_norm::summed ? "_norm" : c.norm == x_norm::given ? "_norminv" : "");
+}
+
+std::vector<mma_case> mma_grid() {
+  std::vector<mma_case> v;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 64}, {40, 72}, {256, 512}};
+  for (const auto& s : shapes)
+    for (int m : {9, 16, 33, 64})
+      for (bool acc : {false, true})
+        for (x_norm n : {x_norm::none, x_norm::summed, x_norm::given}) v.push_back({s.first, s.second, m, acc, n});
+  // a large matrix (64-row blocks: fewer than one 128-row block per multiprocessor), and m > 64
+  v.push_back({2048, 2048, 9, false, x_norm::summed});
+  v.push_back({2048, 2048, 33, true, x_norm::none});
+  v.push_back({2048, 2048, 64, false, x_norm::given});
+  v.push_back({2048, 2048, 64, true, x_norm::summed});
+  v.push_back({256, 512, 80, true, x_norm::summed});
+  v.push_back({40, 72, 130, false, x_norm::none});
+  return v;
+}
+
+class cuda_qgemv_mma : public ::testing::TestWithParam<mma_case> {};
+
+TEST_P(cuda_qgemv_mma, matches_the_dequantised_oracle) {
+  CEDAR_REQUIRE_GPU();
+  const mma_case c = GetParam();
+  const mma_switch on(true);
+  std::mt19937 g((unsigned)(c.rows * 131 + c.cols * 17 + c.m * 3 + (c.accumulate ? 1 : 0) + (int)c.norm * 7));
+  const host_weight hw = make_weight(g, F::bf16, c.rows, c.cols, 1);
+  const int ldx = (int)c.cols + 8, ldy = (int)c.rows + 5;
+  const auto x = cedar::test::randn(g, (size_t)c.m * ldx, 1.5f);
+  const auto y0 = cedar::test::randn(g, (size_t)c.m * ldy, 1.0f);
+  const auto gw = cedar::test::randn(g, (size_t)c.cols, 1.0f);
+  const float eps = 1e-6f;
+  std::vector<float> inv((size_t)c.m);
+  for (int i = 0; i < c.m; ++i) {
+    double ss = 0;
+    for (int64_t k = 0; k < c.cols; ++k) ss += (double)x[(size_t)i * ldx + k] * x[(size_t)i * ldx + k];
+    inv[(size_t)i] = (float)(1 / std::sqrt(ss / (double)c.cols + eps));
+  }
+  dev_array<uint8_t> d_w(hw.data);
+  dev_array<float> d_x(x), d_g(gw), d_inv(inv), d_y((size_t)c.m * ldy);
+  if (c.accumulate) d_y.upload(y0);
+  else d_y.poison();
+  cu::qgemv_params p;
+  p.w.format = F::bf16, p.w.rows = c.rows, p.w.cols = c.cols, p.w.data = d_w.p;
+  p.m = c.m, p.x = d_x.p, p.ldx = ldx, p.y = d_y.p, p.ldy = ldy, p.accumulate = c.accumulate;
+  if (c.norm != x_norm::none) p.x_norm_w = d_g.p, p.x_norm_eps = eps;
+  if (c.norm == x_norm::given) p.x_norm_inv = d_inv.p;
+  const auto st = cu::qgemv(p, nullptr);
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto want = oracle(hw, 0, c.rows, x, ldx, c.m, c.norm == x_norm::none ? nullptr : &gw, eps);
+  double worst = 0;
+  EXPECT_TRUE(outputs_match(want, d_y.download(), y0, c.accumulate, c.m, c.rows, ldy,
+                            c.norm == x_norm::none ? 5e-6 : 1e-5, &worst));
+  std::printf("%s: worst error / sum|w x| %.2e\n", mma_case_name({c, 0}).c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(grid, cuda_qgemv_mma, ::testing::ValuesIn(mma_grid()), mma_case_name);
+
+// The tensor-core path against the vector path (forced by the switch) on the same launch: a
+// row-offset view, rows and cols ragged, RMSNorm on the fly, accumulating; both within the
+// oracle's tolerance, so within 5e-6 · Σ|w·x| of each other (they differ in summation order and
+// the hi + lo split, never in what they compute).
+TEST(cuda_qgemv_mma_switch, tensor_core_and_vector_paths_agree) {
+  CEDAR_REQUIRE_GPU();
+  const int64_t rows = 300, cols = 520, row0 = 11, view_rows = 250;
+  const int m = 37, ldx = (int)cols, ldy = (int)view_rows;
+  std::mt19937 g(31337);
+  const host_weight hw = make_weight(g, F::bf16, rows, cols, 1);
+  const auto x = cedar::test::randn(g, (size_t)m * ldx, 2.0f);
+  const auto y0 = cedar::test::randn(g, (size_t)m * ldy, 1.0f);
+  const auto gw = cedar::test::randn(g, (size_t)cols, 1.0f);
+  dev_array<uint8_t> d_w(hw.data);
+  dev_array<float> d_x(x), d_g(gw), d_y(y0);
+  cu::qgemv_params p;
+  p.w.format = F::bf16, p.w.rows = view_rows, p.w.cols = cols, p.w.data = d_w.p, p.w.row0 = row0;
+  p.m = m, p.x = d_x.p, p.ldx = ldx, p.y = d_y.p, p.ldy = ldy, p.accumulate = true;
+  p.x_norm_w = d_g.p, p.x_norm_eps = 1e-6f;
+  std::vector<float> y[2];
+  for (int mma = 0; mma < 2; ++mma) {
+    const mma_switch sw(mma == 1);
+    EXPECT_EQ(cu::qgemv_mma_enabled(), mma == 1);
+    d_y.upload(y0);
+    const auto st = cu::qgemv(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    y[mma] = d_y.download();
+  }
+  const auto want = oracle(hw, row0, view_rows, x, ldx, m, &gw, 1e-6f);
+  double worst = 0, worst_vec = 0, worst_mma = 0;
+  for (int i = 0; i < m; ++i)
+    for (int64_t r = 0; r < view_rows; ++r) {
+      const size_t o = (size_t)i * ldy + r;
+      const double mag = want[(size_t)i * view_rows + r].mag + std::fabs(y0[o]);
+      const double err = std::fabs((double)y[1][o] - y[0][o]) / (mag + 1e-30);
+      worst = std::max(worst, err);
+      ASSERT_LE(err, 5e-6) << "x row " << i << ", output " << r << ": tensor cores " << y[1][o] << ", vector path "
+                           << y[0][o];
+    }
+  EXPECT_TRUE(outputs_match(want, y[0], y0, true, m, view_rows, ldy, 1e-5, &worst_vec)) << "vector path";
+  EXPECT_TRUE(outputs_match(want, y[1], y0, true, m, view_rows, ldy, 1e-5, &worst_mma)) << "tensor cores";
+  std::printf("tensor cores vs vector path: worst difference / sum|w x| %.2e (oracle: %.2e, %.2e)\n", worst,
+              worst_mma, worst_vec);
+}
+
+// qgemv_grouped with m > 8: the bf16 items (19: two launches of at most 16, one accumulating,
+// one row-offset view) on tensor cores, the fp8 and fp4 items on the vector path, each output
+// against the oracle and every item's padding untouched; m = 70 tiles x on both paths.
+TEST(cuda_qgemv_mma_grouped, mixed_items_match_the_oracle) {
+  CEDAR_REQUIRE_GPU();
+  const mma_switch on(true);
+  struct spec {
+    kc::weight_format f;
+    int64_t rows, cols;
+    int br;
+    int64_t row0, view_rows;
+    bool accumulate;
+  };
+  std::vector<spec> specs = {{F::bf16, 40, 72, 1, 0, 40, true},       {F::f8_e4m3, 200, 1024, 32, 0, 200, false},
+                             {F::bf16, 300, 520, 1, 13, 270, false},  {F::fp4_e2m1, 128, 512, 1, 0, 128, false},
+                             {F::bf16, 16, 64, 1, 0, 16, false}};
+  for (int i = 0; i < 16; ++i) specs.push_back({F::bf16, 8 + 24 * i, 128, 1, 0, 8 + 24 * i, false});
+  for (int m : {9, 33, 70}) {
+    std::mt19937 g(777u + (unsigned)m);
+    std::vector<host_weight> hw;
+    std::vector<std::unique_ptr<dev_array<uint8_t>>> dd, ds;
+    std::vector<std::unique_ptr<dev_array<float>>> dx, dy;
+    std::vector<std::vector<float>> xs, y0s;
+    std::vector<cu::qgemv_params> items;
+    for (const auto& sp : specs) {
+      hw.push_back(make_weight(g, sp.f, sp.rows, sp.cols, sp.br));
+      dd.push_back(std::make_unique<dev_array<uint8_t>>(hw.back().data));
+      ds.push_back(std::make_unique<dev_array<uint8_t>>(hw.back().scales.empty() ? std::vector<uint8_t>(1) : hw.back().scales));
+      const int ldy = (int)sp.view_rows + 3;
+      xs.push_back(cedar::test::randn(g, (size_t)m * sp.cols, 1.0f));
+      y0s.push_back(cedar::test::randn(g, (size_t)m * ldy, 1.0f));
+      dx.push_back(std::make_unique<dev_array<float>>(xs.back()));
+      dy.push_back(std::make_unique<dev_array<float>>((size_t)m * ldy));
+      if (sp.accumulate) dy.back()->upload(y0s.back());
+      else dy.back()->poison();
+      cu::qgemv_params p;
+      p.w.format = sp.f, p.w.rows = sp.view_rows, p.w.cols = sp.cols, p.w.data = dd.back()->p, p.w.row0 = sp.row0;
+      p.w.scale_e8m0 = hw.back().scales.empty() ? nullptr : ds.back()->p;
+      p.w.scale_block_rows = sp.br, p.w.scale_cols = (sp.cols + 31) / 32;
+      p.m = m, p.x = dx.back()->p, p.ldx = (int)sp.cols, p.y = dy.back()->p, p.ldy = ldy, p.accumulate = sp.accumulate;
+      items.push_back(p);
+    }
+    const auto st = cu::qgemv_grouped(items.data(), (int)items.size(), nullptr);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (size_t it = 0; it < specs.size(); ++it) {
+      const spec& sp = specs[it];
+      const auto want = oracle(hw[it], sp.row0, sp.view_rows, xs[it], (int)sp.cols, m, nullptr, 0.0f);
+      double worst = 0;
+      const double tol = sp.f == F::bf16 ? 5e-6 : 2e-6;
+      EXPECT_TRUE(outputs_match(want, dy[it]->download(), y0s[it], sp.accumulate, m, sp.view_rows, items[it].ldy, tol,
+                                &worst))
+          << "item " << it << ", m " << m;
+    }
+  }
+}
+
+}  // namespace
