@@ -49,7 +49,7 @@ struct qgemv_params {
 constexpr int k_qgemv_m_tile = 8;
 
 // Diagnostic switch for the tensor-core path (bf16, m > k_qgemv_m_tile): on unless the
-// environment has CEDAR_CUDA_QGEMV_MMA=0 (read once); set_qgemv_mma overrides (tests and
+// environment has CEDAR_CUDA_QGEMV_MMA=0 (read once) or the device predates sm_80 (no bf16 mma.sync); set_qgemv_mma overrides (tests and
 // benchmarks comparing both paths). Off, every item takes the vector path. Process-wide.
 bool qgemv_mma_enabled();
 void set_qgemv_mma(bool on);

@@ -289,9 +289,16 @@ void launch_nt(bool wide, dim3 grid, cudaStream_t s, const mma_group& gr) {
   else launch_kernel(qgemv_mma_kernel<NT, 1>, grid, k_threads, 0, s, gr);
 }
 
+// On unless CEDAR_CUDA_QGEMV_MMA=0, and only on devices with bf16 mma.sync (sm_80 and later;
+// the kernel body is empty below that architecture, so an older device keeps the vector path).
 int initial_mma() {
   const char* v = std::getenv("CEDAR_CUDA_QGEMV_MMA");
-  return v && std::strcmp(v, "0") == 0 ? 0 : 1;
+  if (v && std::strcmp(v, "0") == 0) return 0;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return 0;
+  return major >= 8 ? 1 : 0;
 }
 
 std::atomic<int>& mma_flag() {
