@@ -750,6 +750,38 @@ class TrainValuesAndReadAnswersTest(unittest.TestCase):
         self.assertGreater(seen[True], 5)
         self.assertGreater(seen[False], 2 * seen[True])  # 7 of the 10 phrasings show the text
 
+    def test_train_file_recalls_sometimes_read_the_file_again(self):
+        # About half of the train file recall questions are answered after a fresh read of the
+        # asked file (the value then sits inside the sliding window); the answer carries the value.
+        # Held-out recall questions are never followed by a scripted read (the model decides).
+        n_file = n_reread = 0
+        for i in range(300):
+            smp = data.make_sample(24, i, "train", "recall", (1500, 3000))
+            msgs = smp["messages"]
+            last_user = max(k for k, m in enumerate(msgs) if m["role"] == "user")
+            tail = msgs[last_user + 1:]
+            if not str(smp["expect"]) or tail[-1]["role"] != "assistant":
+                continue
+            if len(tail) == 1:
+                continue
+            self.assertEqual([m["role"] for m in tail], ["assistant", "tool", "assistant"])
+            call = tail[0]["tool_calls"][0]["function"]
+            self.assertIn(call["name"], ("file_read", data.MCP_PREFIX + "read_text_file"))
+            self.assertIn(str(smp["expect"]), tail[1]["content"])
+            self.assertIn(str(smp["expect"]), tail[2]["content"])
+            n_reread += 1
+        for i in range(300):
+            smp = data.make_sample(24, i, "train", "recall", (1500, 3000))
+            # file recalls: the expected value is a line of a config file the session read
+            if any(m["role"] == "tool" and f"= {smp['expect']}" in m["content"] for m in smp["messages"]):
+                n_file += 1
+        self.assertGreater(n_reread, 0.3 * n_file)
+        self.assertLess(n_reread, 0.7 * n_file)
+        for i in range(100):
+            msgs = data.make_sample(24, i, "heldout", "recall", (1500, 3000))["messages"]
+            last_user = max(k for k, m in enumerate(msgs) if m["role"] == "user")
+            self.assertEqual(len(msgs) - last_user - 1, 1)
+
     def test_train_singles_look_up_prices_of_unseen_items(self):
         # Train-only single price lookups (half of them made-up items): the answer carries the
         # asked item's price; held-out samples never get one, and no phrasing is near held-out.

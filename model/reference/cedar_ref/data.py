@@ -870,6 +870,14 @@ _RECALL_READ_Q = ["Read {f}; I'll ask you about it later.", "Please read {f} and
 # tasks ("I'd like to see X", "In X, what's limit?") with an opener summary ("Read it: 6 keys."):
 # the summaries followed 19% of the train samples' file reads, whatever the request said.
 _RECALL_NO_SHOW = ("no need to show", "don't print", "without showing")
+# Train: half of the file recall questions are answered after reading the file again (the value
+# then sits a few tokens back, inside the sliding window). Run 24, whose train recall answers all
+# came from memory, answered held-out recall questions from memory and missed 4 more of 50 than
+# the weights before, which read the file again on their own; at ~8K tokens a memory answer
+# needs the asked key from ~110 tokens back, past the 64-token window (model card, "Run 24").
+_RECALL_REREAD_P = 0.5
+_RECALL_REREAD_A = ["{f} says {k} = {v}.", "The {k} in {f} is {v}.", "{k} = {v} in {f}.",
+                    "Reading it again: {k} is {v}.", "It is {v}."]
 
 # Train notool exchanges: (question, answer, field holding the expected value) by sub-kind.
 # Every one is answerable from the message alone; the sample still offers tools. Fields come
@@ -1999,6 +2007,7 @@ def fam_recall(s: Session, v: Values, target_chars):
     train = s.split == "train"
     files = _populate_fs(v, s.world, r.randint(3, 8))
     kind = r.choice(["file", "file", "calc", "code", "note"])
+    reread = None  # (file, answer) when the question is answered after reading the file again
     s.user(r.choice(_RECALL_OPEN_Q if train else _RECALL_OPEN_Q[:3]) if r.random() < 0.3 else "")
     if not s.messages[-1]["content"]:
         s.messages.pop()
@@ -2023,6 +2032,8 @@ def fam_recall(s: Session, v: Values, target_chars):
         q = (r.choice(T["recall_file_q"][0]) if train else
              r.choice([t for t in T['recall_q'][1] if "{f}" in t])).format(f=f, k=k)
         ans = ttpl(r, s.split, "recall_file_a").format(k=k, f=f, v=kv[k])
+        if train and r.random() < _RECALL_REREAD_P:
+            reread = (rel, r.choice(_RECALL_REREAD_A).format(k=k, f=f, v=kv[k]))
         exp = marker = kv[k]
     elif kind == "calc":
         e, _ = _expr(v, hard=True)
@@ -2054,6 +2065,9 @@ def fam_recall(s: Session, v: Values, target_chars):
     while len(chat.encode_messages(s.messages)) - start < target_chars:
         _filler_turn(s, v, files)
     s.user(q)
+    if reread:
+        s.call([s.read_call(reread[0])])
+        ans = reread[1]
     s.answer(ans)
     return exp, marker
 
