@@ -580,6 +580,16 @@ std::vector<mma_case> mma_grid() {
   v.push_back({2048, 2048, 64, true, x_norm::summed});
   v.push_back({256, 512, 80, true, x_norm::summed});
   v.push_back({40, 72, 130, false, x_norm::none});
+  // rows < 16 (8 × 200: two chunks of 128 columns, the last 72), many chunks with a ragged last
+  // one (1032: 9 chunks, the last 8 columns), and 128-row blocks (MW 2: at least one per
+  // multiprocessor on an H200 — 133 blocks, the last with 4 rows; the matrices above all get
+  // 64-row blocks, while rand1b's LM head at batch 64 takes 128-row ones)
+  v.push_back({8, 200, 33, false, x_norm::none});
+  v.push_back({8, 200, 64, true, x_norm::summed});
+  v.push_back({72, 1032, 16, false, x_norm::given});
+  v.push_back({72, 1032, 64, true, x_norm::none});
+  v.push_back({16900, 136, 40, false, x_norm::none});
+  v.push_back({16900, 136, 64, true, x_norm::summed});
   return v;
 }
 
