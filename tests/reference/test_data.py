@@ -782,6 +782,37 @@ class TrainValuesAndReadAnswersTest(unittest.TestCase):
             last_user = max(k for k, m in enumerate(msgs) if m["role"] == "user")
             self.assertEqual(len(msgs) - last_user - 1, 1)
 
+    def test_train_price_chains_quote_the_asked_line_before_the_call(self):
+        # About half of the train price chains write the asked item's line of the file, in the
+        # file's own form, as the text of the calculator call; the call multiplies that price.
+        # Held-out price chains never carry a scripted quote (the model decides).
+        n_price = n_quote = 0
+        for i in range(400):
+            msgs = data.make_sample(25, i, "train", "chain")["messages"]
+            for k, m in enumerate(msgs):
+                calls = m.get("tool_calls") or []
+                if m["role"] != "assistant" or len(calls) != 1 or calls[0]["function"]["name"] != "calculator":
+                    continue
+                prev = msgs[k - 1]
+                if prev["role"] != "tool" or not re.fullmatch(r"(?:[a-z]+: \d+\n?)+", prev["content"]):
+                    continue
+                n_price += 1
+                if not m["content"]:
+                    continue
+                n_quote += 1
+                self.assertIn(m["content"], prev["content"].split("\n"))
+                price = m["content"].split(": ")[1]
+                self.assertTrue(calls[0]["function"]["arguments"]["expression"].endswith(" * " + price))
+        self.assertGreater(n_price, 40)
+        self.assertGreater(n_quote, 0.3 * n_price)
+        self.assertLess(n_quote, 0.7 * n_price)
+        for i in range(200):
+            msgs = data.make_sample(25, i, "heldout", "chain")["messages"]
+            for m in msgs:
+                calls = m.get("tool_calls") or []
+                if calls and calls[0]["function"]["name"] == "calculator":
+                    self.assertEqual(m["content"], "")
+
     def test_train_singles_look_up_prices_of_unseen_items(self):
         # Train-only single price lookups (half of them made-up items): the answer carries the
         # asked item's price; held-out samples never get one, and no phrasing is near held-out.

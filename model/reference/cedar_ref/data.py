@@ -1513,6 +1513,15 @@ def fam_single(s: Session, v: Values):
     return val
 
 
+# Train: half of the price chains quote the asked item's line ("valves: 107") before the
+# calculator call. The model then writes the item in the file's own form (line start: "valves",
+# not the question's " valves", other BPE pieces) and the price that follows it is a copy of what
+# follows the same tokens in the file (an induction copy). Runs 23-24 multiplied the file's
+# smallest price (1, 2 or 3) in 13 of 15 failed held-out price chains, with the line inside the
+# sliding window: finding the line is the step they miss.
+_PRICE_QUOTE_P = 0.5
+
+
 def fam_chain(s: Session, v: Values):
     r = v.r
     kind = r.choice(["price", "price", "field_calc", "note_calc", "clock_calc"])
@@ -1525,7 +1534,8 @@ def fam_chain(s: Session, v: Values):
         s.user(tpl(r, s.split, "total_q").format(f=s.show_path(rel), n=n, it=it))
         s.call([s.read_call(rel)])
         e = f"{n} * {prices[it]}"
-        res = s.call([("calculator", {"expression": e})])[0]
+        quote = f"{it}: {prices[it]}" if s.split == "train" and r.random() < _PRICE_QUOTE_P else ""
+        res = s.call([("calculator", {"expression": e})], content=quote)[0]
         s.answer(tpl(r, s.split, "total_a").format(n=n, it=it, p=prices[it], v=res))
         return res
     if kind == "field_calc":
