@@ -32,6 +32,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import sys
 import time
 from collections import deque
@@ -177,6 +178,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
                     help="also keep an exponential moving average of the weights (e.g. 0.998) and "
                          "export it to OUT/model_ema beside the last weights in OUT/model")
+    ap.add_argument("--checkpoint-minutes", type=float, default=0.0, metavar="M",
+                    help="every M minutes of training, export the live weights (and the EMA's, "
+                         "with --ema) to OUT/checkpoint/{model,model_ema} (replaced atomically, "
+                         "with checkpoint.json: step, seconds, tokens), so that a run cut off with "
+                         "its machine can go on with --init-from OUT/checkpoint/model; 0: off")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--tf-eval-n", type=int, default=300, help="held-out samples for teacher-forced eval")
     ap.add_argument("--gen-eval-n", type=int, default=60, help="held-out samples for generation eval")
@@ -199,6 +205,8 @@ def main(argv=None) -> int:
     lo, hi = args.long_recall_train_chars
     if not 0 < lo <= hi:
         ap.error(f"--long-recall-train-chars {lo} {hi}: expected 0 < LO <= HI")
+    if args.checkpoint_minutes < 0:
+        ap.error(f"--checkpoint-minutes {args.checkpoint_minutes}: a number of minutes >= 0 (0: off)")
     if args.ema and not 0.0 < args.ema < 1.0:
         ap.error(f"--ema {args.ema}: the decay must lie between 0 and 1 (e.g. 0.998), or 0 for none")
     if args.gpus > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.gpus:
@@ -279,8 +287,44 @@ def run(rank, world, args) -> int:
         autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
     rng = random.Random(args.seed)
 
+    def export_to(mdir, meta):
+        TC.export(m, args.config, mdir, base, meta)
+        if args.transport_parts:
+            path = os.path.join(mdir, "model.safetensors")
+            with open(path, "rb") as f:
+                blob = f.read()
+            part = 15 << 20
+            for k in range(0, len(blob), part):
+                with open(f"{path}.part{k // part}", "wb") as g:
+                    g.write(blob[k:k + part])
+            os.remove(path)
+            os.remove(os.path.join(mdir, "token_map.npy"))
+        else:
+            with open(args.tokenizer, "rb") as f, open(os.path.join(mdir, "tokenizer.json"), "wb") as g:
+                g.write(f.read())
+
+    def save_checkpoint(step, tokens):
+        """OUT/checkpoint replaced as a whole: written beside it, then renamed into place."""
+        final = os.path.join(args.out, "checkpoint")
+        tmp, old = final + ".tmp", final + ".old"
+        for d in (tmp, old):
+            shutil.rmtree(d, ignore_errors=True)
+        meta = {"format": "pt", "trained_steps": step, "data_seed": args.seed, "checkpoint": "1"}
+        export_to(os.path.join(tmp, "model"), meta)
+        if ema is not None:
+            with ema.swapped():
+                export_to(os.path.join(tmp, "model_ema"), dict(meta, ema_decay=args.ema))
+        with open(os.path.join(tmp, "checkpoint.json"), "w") as f:
+            json.dump({"step": step, "seconds": round(time.time() - t_start, 1), "tokens": tokens,
+                       "ema": bool(ema is not None)}, f)
+        if os.path.isdir(final):
+            os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+
     history = []
     t_start = time.time()
+    last_ckpt = t_start
     budget = args.minutes * 60 if args.minutes else None
     step, tokens_seen, last_t, last_tok = 0, 0, time.time(), 0
     batches = deque()
@@ -362,6 +406,10 @@ def run(rank, world, args) -> int:
                     f"(data wait {100 * t_data / max(now - t_start, 1e-9):.0f}%, step "
                     f"{100 * t_step / max(now - t_start, 1e-9):.0f}%)"
                     + (f" mem {torch.cuda.max_memory_allocated() / 2**30:.1f}G" if dev.type == "cuda" else ""))
+            if args.checkpoint_minutes and rank == 0 and time.time() - last_ckpt >= 60 * args.checkpoint_minutes:
+                save_checkpoint(step, tokens_seen)
+                last_ckpt = time.time()
+                log(f"checkpoint of step {step} in {args.out}/checkpoint")
     finally:
         stream.close()
     train_s = time.time() - t_start
@@ -380,22 +428,6 @@ def run(rank, world, args) -> int:
     meta = {"format": "pt", "trained_steps": step, "data_seed": args.seed}
     if args.init_from:
         meta["init_from"] = os.path.basename(os.path.normpath(args.init_from))
-
-    def export_to(mdir, meta):
-        TC.export(m, args.config, mdir, base, meta)
-        if args.transport_parts:
-            path = os.path.join(mdir, "model.safetensors")
-            with open(path, "rb") as f:
-                blob = f.read()
-            part = 15 << 20
-            for k in range(0, len(blob), part):
-                with open(f"{path}.part{k // part}", "wb") as g:
-                    g.write(blob[k:k + part])
-            os.remove(path)
-            os.remove(os.path.join(mdir, "token_map.npy"))
-        else:
-            with open(args.tokenizer, "rb") as f, open(os.path.join(mdir, "tokenizer.json"), "wb") as g:
-                g.write(f.read())
 
     export_to(os.path.join(args.out, "model"), meta)
     if ema is not None:

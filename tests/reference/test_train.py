@@ -369,6 +369,56 @@ class TrainTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--ema 1.5", r.stderr)
 
+    def test_checkpoints_during_training(self):
+        """train.py --checkpoint-minutes: OUT/checkpoint holds the live and the EMA weights of the
+        last step it saw (here every step, so the final step's), in transport parts that join to
+        the same tensors as the final export, and checkpoint.json names the step."""
+        import subprocess
+        import sys
+        from cedar_ref.safetensors_io import load_file
+        tiny = os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny")
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run(
+                [sys.executable, os.path.join(_paths.REF_DIR, "train.py"),
+                 "--config", os.path.join(_paths.ROOT, "config", "cedar-agent-tiny.json"),
+                 "--tokenizer", os.path.join(tiny, "tokenizer.json"), "--device", "cpu",
+                 "--steps", "2", "--workers", "0", "--max-tokens", "768", "--max-len", "700",
+                 "--dense-frac", "0", "--stage-c-frac", "0.5", "--tf-eval-n", "0", "--gen-eval-n", "0",
+                 "--long-recall-n", "0", "--ema", "0.9", "--transport-parts",
+                 "--checkpoint-minutes", "1e-6", "--out", d],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            self.assertIn("checkpoint of step 2", r.stderr)
+            with open(os.path.join(d, "checkpoint", "checkpoint.json")) as f:
+                info = json.load(f)
+            self.assertEqual(info["step"], 2)
+            self.assertTrue(info["ema"])
+            self.assertGreater(info["tokens"], 0)
+            self.assertFalse(os.path.exists(os.path.join(d, "checkpoint.tmp")))
+
+            def joined(mdir):
+                parts = sorted((f for f in os.listdir(mdir) if ".part" in f), key=lambda f: int(f.rsplit("part", 1)[1]))
+                self.assertGreaterEqual(len(parts), 1)
+                path = os.path.join(d, "joined.safetensors")
+                with open(path, "wb") as g:
+                    for f in parts:
+                        with open(os.path.join(mdir, f), "rb") as h:
+                            g.write(h.read())
+                return load_file(path)
+
+            for sub in ("model", "model_ema"):
+                got, want = joined(os.path.join(d, "checkpoint", sub)), joined(os.path.join(d, sub))
+                self.assertEqual(sorted(got), sorted(want))
+                for k in want:
+                    self.assertTrue(np.array_equal(got[k], want[k]), f"{sub}: {k}")
+            live, avg = joined(os.path.join(d, "model")), joined(os.path.join(d, "model_ema"))
+            self.assertTrue(any(not np.array_equal(live[k], avg[k]) for k in live))
+        r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",
+                            "--tokenizer", "t.json", "--out", "o", "--steps", "1", "--checkpoint-minutes", "-1"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--checkpoint-minutes -1", r.stderr)
+
     def test_average_models(self):
         """average_models.py: the mean of two exports, written as bf16, loads back; mismatched
         models are refused with the model and the tensor named."""
