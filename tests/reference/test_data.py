@@ -408,14 +408,61 @@ def _is_error(text):
     return text.lower().startswith("error")
 
 
+class HeldoutCalcErrorTest(unittest.TestCase):
+    def test_corrected_call_computes_what_the_question_asked(self):
+        """A held-out calculator error task asks for "a <bad> b"; the corrected call (and so the
+        expected answer) must use the same a and b. The division kind once rounded a down to a
+        multiple of b after writing the question: "Calculate 2770 : 676." expected 4."""
+        seen = 0
+        for i in range(400):
+            smp = data.make_sample(77, i, "heldout", "error", (300, 900))
+            msgs = smp["messages"]
+            last_user = max(j for j, m in enumerate(msgs) if m["role"] == "user")
+            calls = [c["function"]["arguments"].get("expression") for m in msgs[last_user:]
+                     if m["role"] == "assistant" for c in m.get("tool_calls") or []
+                     if c["function"]["name"] == "calculator"]
+            if len(calls) < 2:
+                continue
+            a, op, b = calls[-1].split(" ")
+            question = [m["content"] for m in smp["messages"] if m["role"] == "user"][-1]
+            self.assertRegex(question, rf"(?<![0-9]){a}\b.*\b{b}(?![0-9])", (question, calls))
+            self.assertEqual(calls[0].split(" ")[0], a)
+            seen += op == "/"
+        self.assertGreater(seen, 5)
+
+
+class MultiOneByOneTest(unittest.TestCase):
+    def test_train_multi_sometimes_calls_one_at_a_time(self):
+        """About _MULTI_SEQ_P of the train calc2/read2 requests make their two calls in two
+        replies, each after the previous result; held-out ones always make both in one reply."""
+        def shapes(split):
+            out = []
+            for i in range(300):
+                smp = data.make_sample(31, i, split, "multi", (300, 900))
+                msgs = smp["messages"][max(j for j, m in enumerate(smp["messages"]) if m["role"] == "user"):]
+                n = [len(m["tool_calls"]) for m in msgs if m["role"] == "assistant" and m.get("tool_calls")]
+                names = {c["function"]["name"] for m in msgs if m.get("tool_calls") for c in m["tool_calls"]}
+                if "clock" not in names:
+                    out.append(tuple(n))
+            return out
+        train, held = shapes("train"), shapes("heldout")
+        seq = sum(x == (1, 1) for x in train) / len(train)
+        self.assertGreater(seq, 0.15)
+        self.assertLess(seq, 0.45)
+        self.assertTrue(all(x == (1, 1) or x == (2,) for x in train))
+        self.assertTrue(all(x == (2,) for x in held), set(held))
+
+
 class TrainRobustnessTest(unittest.TestCase):
     """The train-only robustness of issue 6 (held-out success 41%): requests without their
     usual verb (_augment_request), more kinds of corrected errors (fam_error, train), wider
     config files (_config_file graded=True). None of it may change the held-out split."""
 
     # sha256 of 25 held-out samples per family (seed 2718) and 20 of the natural mix (seed
-    # 2719), computed with the generator as it was BEFORE these train-only additions
-    PINNED = "77b9a61b4dc8ac494c037ae624cf3ad14dd3d92a2b138ba535f465786be3c3eb"
+    # 2719), computed with the generator as it was BEFORE these train-only additions; renewed
+    # once on purpose (session 23): held-out division error tasks asked for a / b but expected
+    # the quotient of a rounded down to a multiple of b (5 of the 300 tasks in heldout.jsonl)
+    PINNED = "3d5bfdcbfe0515d45b9a7e27011504556950210d8c20d5e7166a8509b9a79fea"
 
     def _heldout_hash(self):
         h = hashlib.sha256()

@@ -1577,13 +1577,27 @@ def fam_chain(s: Session, v: Values):
     return res
 
 
+# Train: a share of the two-part requests is served one call at a time (the second call after
+# the first result). The shipped model answered 6 of its 9 failed held-out multi tasks ("Work out
+# A as well as B.") after computing A alone: every train sample made both calls in one reply, so
+# nothing showed a second call after a result.
+_MULTI_SEQ_P = 0.3
+
+
+def _calls_maybe_one_by_one(s: Session, v: Values, calls):
+    if s.split == "train" and v.r.random() < _MULTI_SEQ_P:
+        return [s.call([c])[0] for c in calls]
+    return s.call(calls)
+
+
 def fam_multi(s: Session, v: Values):
     r = v.r
     kind = r.choice(["calc2", "read2", "mixed"])
     if kind == "calc2":
         (e1, _), (e2, _) = _expr(v), _expr(v)
         s.user(tpl(r, s.split, "multi_q").format(e1=e1, e2=e2))
-        v1, v2 = s.call([("calculator", {"expression": e1}), ("calculator", {"expression": e2})])
+        v1, v2 = _calls_maybe_one_by_one(s, v, [("calculator", {"expression": e1}),
+                                                ("calculator", {"expression": e2})])
         s.answer(tpl(r, s.split, "multi_a").format(e1=e1, e2=e2, v1=v1, v2=v2))
         return v2
     if kind == "read2":
@@ -1595,7 +1609,7 @@ def fam_multi(s: Session, v: Values):
         k1, k2 = r.choice(list(kv1)), r.choice(list(kv2))
         p1, p2 = s.show_path(f1), s.show_path(f2)
         s.user(ttpl(r, s.split, "read2_q").format(k1=k1, f1=p1, k2=k2, f2=p2))
-        s.call([s.read_call(f1), s.read_call(f2)])
+        _calls_maybe_one_by_one(s, v, [s.read_call(f1), s.read_call(f2)])
         s.answer(ttpl(r, s.split, "read2_a").format(k1=k1, f1=p1, v1=kv1[k1], k2=k2, f2=p2,
                                                      v2=kv2[k2]))
         return kv2[k2]
@@ -1790,10 +1804,10 @@ def fam_error(s: Session, v: Values):
     if kind == "calc":
         a, b = v.num(), v.num(2, 999)
         op, bad = r.choice([("*", "x"), ("*", "times"), ("/", ":"), ("+", "plus")])
+        if op == "/":  # a whole quotient; the question asks for this a (it asked for the a before
+            a = a - a % b if a >= b else a * b  # the change, expected the new one's quotient)
         s.user(ttpl(r, s.split, "errcalc_q").format(a=a, bad=bad, b=b))
         s.call([("calculator", {"expression": f"{a} {bad} {b}"})])
-        if op == "/":
-            a = a - a % b if a >= b else a * b
         e = f"{a} {op} {b}"
         res = s.call([("calculator", {"expression": e})])[0]
         s.answer(ttpl(r, s.split, "errcalc_a").format(e=e, v=res))
