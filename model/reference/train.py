@@ -303,13 +303,19 @@ def run(rank, world, args) -> int:
             with open(args.tokenizer, "rb") as f, open(os.path.join(mdir, "tokenizer.json"), "wb") as g:
                 g.write(f.read())
 
+    def run_meta(step):
+        meta = {"format": "pt", "trained_steps": step, "data_seed": args.seed}
+        if args.init_from:
+            meta["init_from"] = os.path.basename(os.path.normpath(args.init_from))
+        return meta
+
     def save_checkpoint(step, tokens):
         """OUT/checkpoint replaced as a whole: written beside it, then renamed into place."""
         final = os.path.join(args.out, "checkpoint")
         tmp, old = final + ".tmp", final + ".old"
         for d in (tmp, old):
             shutil.rmtree(d, ignore_errors=True)
-        meta = {"format": "pt", "trained_steps": step, "data_seed": args.seed, "checkpoint": "1"}
+        meta = dict(run_meta(step), checkpoint="1")
         export_to(os.path.join(tmp, "model"), meta)
         if ema is not None:
             with ema.swapped():
@@ -407,9 +413,13 @@ def run(rank, world, args) -> int:
                     f"{100 * t_step / max(now - t_start, 1e-9):.0f}%)"
                     + (f" mem {torch.cuda.max_memory_allocated() / 2**30:.1f}G" if dev.type == "cuda" else ""))
             if args.checkpoint_minutes and rank == 0 and time.time() - last_ckpt >= 60 * args.checkpoint_minutes:
-                save_checkpoint(step, tokens_seen)
                 last_ckpt = time.time()
-                log(f"checkpoint of step {step} in {args.out}/checkpoint")
+                try:  # a checkpoint is an aid: a full disk or a bad path must not end the run
+                    save_checkpoint(step, tokens_seen)
+                    log(f"checkpoint of step {step} in {args.out}/checkpoint")
+                except OSError as e:
+                    log(f"checkpoint of step {step} failed ({e}); training goes on, the last good "
+                        f"checkpoint (if any) stays in {args.out}/checkpoint")
     finally:
         stream.close()
     train_s = time.time() - t_start
@@ -425,10 +435,7 @@ def run(rank, world, args) -> int:
     # ---- export ----
     TC.serving_mode(m, base, quant=True)
     m.eval()
-    meta = {"format": "pt", "trained_steps": step, "data_seed": args.seed}
-    if args.init_from:
-        meta["init_from"] = os.path.basename(os.path.normpath(args.init_from))
-
+    meta = run_meta(step)
     export_to(os.path.join(args.out, "model"), meta)
     if ema is not None:
         with ema.swapped():

@@ -413,6 +413,22 @@ class TrainTest(unittest.TestCase):
                     self.assertTrue(np.array_equal(got[k], want[k]), f"{sub}: {k}")
             live, avg = joined(os.path.join(d, "model")), joined(os.path.join(d, "model_ema"))
             self.assertTrue(any(not np.array_equal(live[k], avg[k]) for k in live))
+        # a checkpoint that cannot be written is logged and the run goes on to its final export
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "checkpoint.tmp"), "w") as f:  # a file where a folder must go
+                f.write("in the way")
+            r = subprocess.run(
+                [sys.executable, os.path.join(_paths.REF_DIR, "train.py"),
+                 "--config", os.path.join(_paths.ROOT, "config", "cedar-agent-tiny.json"),
+                 "--tokenizer", os.path.join(tiny, "tokenizer.json"), "--device", "cpu",
+                 "--steps", "1", "--workers", "0", "--max-tokens", "768", "--max-len", "700",
+                 "--dense-frac", "0", "--tf-eval-n", "0", "--gen-eval-n", "0", "--long-recall-n", "0",
+                 "--checkpoint-minutes", "1e-6", "--out", d],
+                capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            self.assertIn("checkpoint of step 1 failed", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "checkpoint")))
+            self.assertTrue(os.path.exists(os.path.join(d, "model", "model.safetensors")))
         r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",
                             "--tokenizer", "t.json", "--out", "o", "--steps", "1", "--checkpoint-minutes", "-1"],
                            capture_output=True, text=True)
