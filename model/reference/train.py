@@ -168,6 +168,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dense-frac", type=float, default=0.12, help="stage A share")
     ap.add_argument("--stage-c-frac", type=float, default=0.70, help="stage C starts here")
     ap.add_argument("--replay-rows", type=int, default=1, help="rows per batch given a replay tail in stage C")
+    ap.add_argument("--kl-teacher-topk", type=int, default=0, metavar="K",
+                    help="indexer KL over the selection and the K entries this layer's attention "
+                         "over EVERY visible entry weighs most (the teacher of TRAINING_NOTES §1), "
+                         "so the indexer learns of entries its own top-k misses (recall far back); "
+                         "0: over the selection only")
     ap.add_argument("--sparse-moe", action="store_true",
                     help="keep the reference's per-expert MoE loop on the GPU (default there: the "
                          "sync-free dense-weighted form, same function)")
@@ -205,6 +210,8 @@ def main(argv=None) -> int:
     lo, hi = args.long_recall_train_chars
     if not 0 < lo <= hi:
         ap.error(f"--long-recall-train-chars {lo} {hi}: expected 0 < LO <= HI")
+    if args.kl_teacher_topk < 0:
+        ap.error(f"--kl-teacher-topk {args.kl_teacher_topk}: a number of entries >= 0 (0: off)")
     if args.checkpoint_minutes < 0:
         ap.error(f"--checkpoint-minutes {args.checkpoint_minutes}: a number of minutes >= 0 (0: off)")
     if args.ema and not 0.0 < args.ema < 1.0:
@@ -274,6 +281,7 @@ def run(rank, world, args) -> int:
         log(f"initialised {n_t} tensors from {args.init_from}")
     if dev.type == "cuda" and not args.sparse_moe:
         TC.use_dense_moe(m)
+    m.kl_teacher_topk = args.kl_teacher_topk
     n_params = sum(p.numel() for p in m.parameters())
     log(f"model {n_params / 1e6:.2f}M params on {dev}; vocab {cfg.vocab_size}, layers "
         f"{[cfg.layer_mode(l) for l in range(cfg.num_hidden_layers)]}")

@@ -142,6 +142,74 @@ class TrainTest(unittest.TestCase):
             for n in g0:
                 torch.testing.assert_close(g1[n], g0[n], rtol=1e-3, atol=1e-5, msg=f"stage {stage} grad {n}")
 
+    def test_kl_teacher_over_all_visible_entries(self):
+        """model.kl_teacher_topk widens the indexer-KL support from the selection to the
+        selection ∪ the teacher's top entries, the teacher being this layer's attention over
+        EVERY visible entry: (1) on layer 2 (its input does not depend on any selection) with the
+        widest support the KL equals the dense KL of a forward that selects every entry; (2) the
+        sparse path gives the dense path's KL and indexer gradients, in stage B and C; (3) the
+        support holds entries the selection missed, and the KL reaches only indexer parameters."""
+        BIG = 1 << 30
+        m, _, _ = self.fresh(4)
+        base = {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+        ids, mask, lens, starts = batch(2, 40, seed=6)
+        valid = torch.arange(ids.shape[1])[None] < lens[:, None]
+
+        def run(stage, sparse, kt):
+            TC.apply_stage(m, stage, base, sparse=sparse)
+            m.kl_teacher_topk = kt
+            m.zero_grad(set_to_none=True)
+            trace = {"compressed_probs": {}}
+            TC.full_forward(m, ids, trace)
+            kl, stats = TC.indexer_kl(trace, valid)
+            return kl, stats, trace
+
+        # (1) every entry selected (stage A's config, dense) vs the teacher's widest support
+        _, stats_all, _ = run("A", False, 0)
+        for sparse in (False, True):
+            _, stats_t, _ = run("B", sparse, BIG)
+            self.assertGreater(stats_all[2], 0.0)
+            self.assertAlmostEqual(stats_t[2], stats_all[2], places=5, msg=f"sparse {sparse}")
+        _, stats_sel, _ = run("B", True, 0)
+        self.assertGreater(abs(stats_sel[2] - stats_all[2]), 0.05 * stats_all[2])  # selection alone: another KL
+
+        named = dict(m.named_parameters())
+        idx_params = [p for n, p in named.items() if TC.is_indexer(n)]
+        for stage in ("B", "C"):
+            out = {}
+            for sparse in (False, True):
+                kl, stats, trace = run(stage, sparse, 3)
+                kl.backward(inputs=idx_params)
+                out[sparse] = (float(kl), {n: p.grad.clone() for n, p in named.items()
+                                           if TC.is_indexer(n) and p.grad is not None}, trace)
+            (kl0, g0, tr0), (kl1, g1, tr1) = out[False], out[True]
+            self.assertGreater(kl0, 0.0)
+            self.assertAlmostEqual(kl1, kl0, places=4, msg=f"stage {stage} KL")  # (2)
+            self.assertEqual(set(g1), set(g0))
+            self.assertTrue(g0)
+            for n in g0:
+                torch.testing.assert_close(g1[n], g0[n], rtol=1e-3, atol=1e-6, msg=f"stage {stage} grad {n}")
+            # (3) entries outside the selection in the support, on some layer and row
+            wider = [int((tr0["kl_support"][l] & ~tr0["topk"][l]).sum()) for l in tr0["kl_support"]]
+            self.assertGreater(sum(wider), 0, stage)
+            for l in tr1["kl_support"]:  # the sparse support: selection first, then new entries
+                k = tr1["topk_idx"][l].shape[-1]
+                self.assertTrue(torch.equal(tr1["kl_support"][l][..., :k], tr1["topk_valid"][l]))
+        # one train_step from the same weights with and without the teacher: the backbone takes
+        # the same update (the teacher only changes the KL, which reaches only the indexer)
+        after = {}
+        for kt in (0, 3):
+            m, opt, tr = self.fresh(4)
+            TC.apply_stage(m, "B", base)
+            m.kl_teacher_topk = kt
+            TC.train_step(m, opt, tr, (ids, mask, lens, starts), "B", 1e-3, rng=random.Random(0))
+            after[kt] = {n: p.detach().clone() for n, p in m.named_parameters()}
+        moved = [n for n in after[0] if TC.is_indexer(n) and not torch.equal(after[0][n], after[3][n])]
+        self.assertTrue(moved)
+        for n in after[0]:
+            if not TC.is_indexer(n):
+                self.assertTrue(torch.equal(after[0][n], after[3][n]), n)
+
     def test_fast_topk_breaks_ties_like_the_stable_sort(self):
         from cedar_ref.model import fast_topk_indices, stable_topk_indices
         g = torch.Generator().manual_seed(4)
@@ -414,6 +482,7 @@ class TrainTest(unittest.TestCase):
             live, avg = joined(os.path.join(d, "model")), joined(os.path.join(d, "model_ema"))
             self.assertTrue(any(not np.array_equal(live[k], avg[k]) for k in live))
         # a checkpoint that cannot be written is logged and the run goes on to its final export
+        # (this run also trains with the all-entries indexer-KL teacher on the shipped config)
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "checkpoint.tmp"), "w") as f:  # a file where a folder must go
                 f.write("in the way")
@@ -423,7 +492,7 @@ class TrainTest(unittest.TestCase):
                  "--tokenizer", os.path.join(tiny, "tokenizer.json"), "--device", "cpu",
                  "--steps", "1", "--workers", "0", "--max-tokens", "768", "--max-len", "700",
                  "--dense-frac", "0", "--tf-eval-n", "0", "--gen-eval-n", "0", "--long-recall-n", "0",
-                 "--checkpoint-minutes", "1e-6", "--out", d],
+                 "--kl-teacher-topk", "16", "--checkpoint-minutes", "1e-6", "--out", d],
                 capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 1 failed", r.stderr)
@@ -434,6 +503,11 @@ class TrainTest(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--checkpoint-minutes -1", r.stderr)
+        r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",
+                            "--tokenizer", "t.json", "--out", "o", "--steps", "1", "--kl-teacher-topk", "-4"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--kl-teacher-topk -4", r.stderr)
 
     def test_average_models(self):
         """average_models.py: the mean of two exports, written as bf16, loads back; mismatched

@@ -35,6 +35,11 @@ row, index scores for selection under no_grad (torch.topk on a tie-breaking key)
 recomputed with gradients for the selected entries only. Its trace holds the sparse forms:
 "topk_idx" {layer: long [B,T,k]}, "topk_valid" {layer: bool [B,T,k]}, "index_scores" and
 "compressed_probs" {layer: [B,T,k]} aligned with topk_idx. Serving paths never set it.
+
+`model.kl_teacher_topk = K > 0` (training, either path): the KL teacher becomes each index
+layer's attention over every visible entry and the KL support the selection ∪ the teacher's top
+K (Attention._kl_teacher); the trace then also holds "kl_support" {layer: bool} aligned with
+"index_scores" (and "kl_idx" on the sparse path). The forward's values do not change.
 """
 
 from dataclasses import dataclass
@@ -253,12 +258,18 @@ class Indexer(nn.Module):
         ctx.shared["topk"] = None
         ctx.shared["topk_idx"], ctx.shared["topk_valid"] = idx, valid
         if ctx.trace is not None:
-            kg = src.index_k[torch.arange(B, device=x.device)[:, None, None], idx]   # [B, T, k, Di]
-            s = torch.einsum("bthd,btkd->bthk", q.float(), kg.float()).relu() * Di ** -0.5
-            sel = (s * w.unsqueeze(-1)).sum(2).masked_fill(~valid, float("-inf"))
-            ctx.trace.setdefault("index_scores", {})[self.layer] = sel
+            ctx.shared["index_qw"] = (q, w)  # for scores_at on a wider KL support (teacher top-k)
+            ctx.trace.setdefault("index_scores", {})[self.layer] = self.scores_at(q, w, src, idx, valid)
             ctx.trace.setdefault("topk_idx", {})[self.layer] = idx
             ctx.trace.setdefault("topk_valid", {})[self.layer] = valid
+
+    def scores_at(self, q, w, src, idx, valid):
+        """Index scores, with gradients, of the entries idx [B, T, n] (-inf where not valid),
+        from the rotated queries q [B, T, Hi, Di] and head weights w [B, T, Hi]."""
+        B, Di = q.shape[0], self.cfg.index_head_dim
+        kg = src.index_k[torch.arange(B, device=q.device)[:, None, None], idx]   # [B, T, n, Di]
+        s = torch.einsum("bthd,btkd->bthk", q.float(), kg.float()).relu() * Di ** -0.5
+        return (s * w.unsqueeze(-1)).sum(2).masked_fill(~valid, float("-inf"))
 
 
 def select_candidate_blocks(score, lens, topk_blocks, block):
@@ -311,6 +322,63 @@ class Attention(nn.Module):
         pos = first + self.ratio * torch.arange(latent.shape[1], device=x.device)
         cos, sin = ctx.rope("compress", pos)
         src.kv = torch.cat([src.kv, ctx.fq(apply_rope(latent, cos, sin), "fp4_kv")], 1)
+
+    def _kl_teacher(self, qf, s_win, src, ctx):
+        """The indexer-KL teacher over EVERY visible compressed entry (TRAINING_NOTES §1; MG
+        CSA2): this layer's queries against all visible entries (the candidate pool on Reindex
+        layers) in one softmax with the window logits s_win [B, H, T, n] (masked) and the sink,
+        head-summed mass on the compressed entries. The KL support becomes the selection ∪ the
+        teacher's top `model.kl_teacher_topk` entries, so the indexer also learns of entries the
+        attention would weigh but the selection missed (with the selection alone as support it
+        only re-ranks what it already picks). No gradients; chunked over rows. Sets this layer's
+        trace "compressed_probs" (the teacher's mass), "kl_support" and, on the sparse path,
+        "index_scores" re-scored over the wider support (aligned with "kl_idx")."""
+        cfg, l = self.cfg, self.layer
+        B, T, H, D = qf.shape
+        kv = src.kv.float()                                                 # [B, E, D]
+        E = kv.shape[1]
+        kt = min(ctx.model.kl_teacher_topk, E)
+        lens = (ctx.positions.long() + 1) // self.ratio
+        visible = torch.arange(E, device=qf.device)[None, :] < lens[:, None]    # [T, E]
+        cand = ctx.shared.get("candidates") if self.indexer.uses_candidates else None
+        sparse = ctx.shared.get("topk_idx") is not None and ctx.model.sparse_train
+        neg = float("-inf")
+        with torch.no_grad():
+            lse_win = torch.logsumexp(s_win.float(), -1)                    # [B, H, T]
+            sink = self.attn_sink.float().view(1, H, 1, 1)
+            step = max(1, (1 << 25) // max(1, B * H * E))
+            out_p, out_i, out_v = [], [], []
+            for t0 in range(0, T, step):
+                t1 = min(T, t0 + step)
+                s = torch.einsum("bthd,bed->bhte", qf[:, t0:t1], kv) * D ** -0.5
+                keep = visible[None, t0:t1] if cand is None else visible[None, t0:t1] & cand[:, t0:t1]
+                s = s.masked_fill(~keep[:, None], neg)
+                den = torch.logsumexp(torch.stack([lse_win[:, :, t0:t1], torch.logsumexp(s, -1),
+                                                   sink[..., 0].expand(B, H, t1 - t0)], -1), -1)
+                mass = torch.exp(s - den[..., None]).sum(1)                  # [B, tc, E]
+                tidx = fast_topk_indices(mass, kt)
+                tval = mass.gather(-1, tidx) > 0
+                if sparse:
+                    idx = ctx.shared["topk_idx"][:, t0:t1]
+                    val = ctx.shared["topk_valid"][:, t0:t1]
+                    dup = ((tidx[..., :, None] == idx[..., None, :]) & val[..., None, :]).any(-1)
+                    uidx = torch.cat([idx, tidx], -1)
+                    uval = torch.cat([val, tval & ~dup], -1)
+                    out_p.append(mass.gather(-1, uidx) * uval)
+                    out_i.append(uidx)
+                    out_v.append(uval)
+                else:
+                    sel = ctx.shared["topk"][:, t0:t1]
+                    out_p.append(mass)
+                    out_v.append(sel | torch.zeros_like(sel).scatter_(-1, tidx, tval))
+            p, support = torch.cat(out_p, 1), torch.cat(out_v, 1)
+        ctx.trace["compressed_probs"][l] = p
+        ctx.trace.setdefault("kl_support", {})[l] = support
+        if sparse:
+            uidx = torch.cat(out_i, 1)
+            q, w = ctx.shared["index_qw"]
+            ctx.trace["index_scores"][l] = self.indexer.scores_at(q, w, src, uidx, support)
+            ctx.trace.setdefault("kl_idx", {})[l] = uidx
 
     def forward(self, x, ctx):
         cfg, l = self.cfg, self.layer
@@ -370,6 +438,10 @@ class Attention(nn.Module):
         else:
             s_win = torch.einsum("bthd,bsd->bhts", qf, keys.float()) * scale
         s_win = s_win.masked_fill(~win[None, None], float("-inf"))
+        teach = (self.indexer is not None and ckv is not None and ctx.trace is not None
+                 and "compressed_probs" in ctx.trace and ctx.model.kl_teacher_topk > 0)
+        if teach:
+            self._kl_teacher(qf, s_win, src, ctx)
         parts = [s_win]
         if ckv is not None:
             if gathered:
@@ -390,7 +462,7 @@ class Attention(nn.Module):
             o = o + torch.einsum(eq, probs[..., n_win:-1], ckv.float())
 
         # ---- inverse RoPE at the query position, grouped output projection ----
-        if ckv is not None and ctx.trace is not None and "compressed_probs" in ctx.trace:
+        if ckv is not None and ctx.trace is not None and "compressed_probs" in ctx.trace and not teach:
             # head-summed attention mass on the compressed entries (indexer KL teacher)
             ctx.trace["compressed_probs"][l] = probs[..., n_win:-1].sum(1)  # [B, T, E]
         o = apply_rope(o, cos, sin, inverse=True)
@@ -611,6 +683,7 @@ class DeepseekV41(nn.Module):
         self.cfg = cfg
         self.quant = quant or QuantFlags()
         self.sparse_train = False  # the trainer's fast path (see the module docstring)
+        self.kl_teacher_topk = 0   # > 0: indexer-KL teacher over all visible entries (Attention._kl_teacher)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList([Block(cfg, i) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

@@ -360,10 +360,13 @@ def indexer_kl(trace, valid_rows):
         if cp is None:
             continue
         # dense trace: [B, T, E] scores and mass, `topk` masks; sparse trace (model.sparse_train):
-        # [B, T, k] aligned with topk_idx, `topk_valid` masks. Both supports are the selection.
-        sel = trace["topk_valid"][l] if "topk_valid" in trace else trace["topk"][l]
+        # [B, T, k] aligned with topk_idx, `topk_valid` masks. Both supports are the selection,
+        # unless the model's kl_teacher_topk widened it ("kl_support": selection ∪ teacher top-k).
+        sel = trace.get("kl_support", {}).get(l)
+        if sel is None:
+            sel = trace["topk_valid"][l] if "topk_valid" in trace else trace["topk"][l]
         with torch.no_grad():
-            mass = cp.detach().float()
+            mass = cp.detach().float() * sel
             z = mass.sum(-1, keepdim=True)
             p = mass / z.clamp_min(1e-20)
             rows = (z.squeeze(-1) > 1e-12) & valid_rows
