@@ -404,6 +404,8 @@ def run(rank, world, args) -> int:
                    "lr": args.lr * lrm, "loss": out.loss, "lm": out.lm, "kl": out.kl,
                    "aux": out.aux, "replay_lm": out.replay_lm, "maxvio": out.maxvio,
                    "batch": list(batch[0].shape), "tokens": tokens_seen}
+            if out.teacher:  # --kl-teacher-topk: the teacher mass the selection holds, per layer
+                rec["teacher"] = {str(l): c for l, c in out.teacher.items()}
             history.append(rec)
             if step % args.log_every == 0 or step == 1:
                 now = time.time()
@@ -419,7 +421,9 @@ def run(rank, world, args) -> int:
                     f"lr {rec['lr']:.2e} B×T {rec['batch']} {tps:.0f} tok/s "
                     f"(data wait {100 * t_data / max(now - t_start, 1e-9):.0f}%, step "
                     f"{100 * t_step / max(now - t_start, 1e-9):.0f}%)"
-                    + (f" mem {torch.cuda.max_memory_allocated() / 2**30:.1f}G" if dev.type == "cuda" else ""))
+                    + (f" mem {torch.cuda.max_memory_allocated() / 2**30:.1f}G" if dev.type == "cuda" else "")
+                    + (" sel-mass " + " ".join(f"{l}:{c['captured']:.2f}" for l, c in out.teacher.items())
+                       if out.teacher else ""))
             if args.checkpoint_minutes and rank == 0 and time.time() - last_ckpt >= 60 * args.checkpoint_minutes:
                 last_ckpt = time.time()
                 try:  # a checkpoint is an aid: a full disk or a bad path must not end the run

@@ -195,6 +195,26 @@ class TrainTest(unittest.TestCase):
             for l in tr1["kl_support"]:  # the sparse support: selection first, then new entries
                 k = tr1["topk_idx"][l].shape[-1]
                 self.assertTrue(torch.equal(tr1["kl_support"][l][..., :k], tr1["topk_valid"][l]))
+        # the indexer check (TRAINING_NOTES §1): all of the teacher's mass when every entry is
+        # selected; the same figures on both paths; within [0, 1] and below 1 with a selection
+        _, _, tr_all = run("A", False, 3)
+        chk = TC.teacher_check(tr_all, valid, BIG)
+        self.assertTrue(chk)
+        for l, c in chk.items():
+            self.assertAlmostEqual(c["captured"], 1.0, places=5)
+            self.assertAlmostEqual(c["recall"], 1.0, places=5)
+            self.assertAlmostEqual(c["random"], 1.0, places=5)
+        k = m.cfg.index_topk
+        checks = [TC.teacher_check(run("B", sparse, 3)[2], valid, k) for sparse in (False, True)]
+        self.assertEqual(set(checks[0]), set(checks[1]))
+        for l in checks[0]:
+            for key in ("captured", "recall", "random"):
+                self.assertAlmostEqual(checks[0][l][key], checks[1][l][key], places=5, msg=f"{l} {key}")
+            self.assertEqual(checks[0][l]["rows"], checks[1][l]["rows"])
+            self.assertTrue(0.0 < checks[0][l]["captured"] <= 1.0 + 1e-6)
+            self.assertTrue(0.0 <= checks[0][l]["random"] <= 1.0)
+        self.assertTrue(any(c["captured"] < 0.999 for c in checks[0].values()))
+
         # one train_step from the same weights with and without the teacher: the backbone takes
         # the same update (the teacher only changes the KL, which reaches only the indexer)
         after = {}
@@ -496,6 +516,7 @@ class TrainTest(unittest.TestCase):
                 capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 1 failed", r.stderr)
+            self.assertRegex(r.stderr, r"sel-mass 2:[01]\.\d\d 4:")  # the teacher's check, logged
             self.assertFalse(os.path.exists(os.path.join(d, "checkpoint")))
             self.assertTrue(os.path.exists(os.path.join(d, "model", "model.safetensors")))
         r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",

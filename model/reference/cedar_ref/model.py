@@ -347,7 +347,7 @@ class Attention(nn.Module):
             lse_win = torch.logsumexp(s_win.float(), -1)                    # [B, H, T]
             sink = self.attn_sink.float().view(1, H, 1, 1)
             step = max(1, (1 << 25) // max(1, B * H * E))
-            out_p, out_i, out_v = [], [], []
+            out_p, out_i, out_v, out_s = [], [], [], []
             for t0 in range(0, T, step):
                 t1 = min(T, t0 + step)
                 s = torch.einsum("bthd,bed->bhte", qf[:, t0:t1], kv) * D ** -0.5
@@ -367,13 +367,25 @@ class Attention(nn.Module):
                     out_p.append(mass.gather(-1, uidx) * uval)
                     out_i.append(uidx)
                     out_v.append(uval)
+                    captured = (mass.gather(-1, idx) * val).sum(-1)
+                    top_in_sel = (tval & dup).sum(-1)
                 else:
                     sel = ctx.shared["topk"][:, t0:t1]
+                    tsel = torch.zeros_like(sel).scatter_(-1, tidx, tval)
                     out_p.append(mass)
-                    out_v.append(sel | torch.zeros_like(sel).scatter_(-1, tidx, tval))
+                    out_v.append(sel | tsel)
+                    captured = (mass * sel).sum(-1)
+                    top_in_sel = (tsel & sel).sum(-1)
+                # the check of TRAINING_NOTES §1 per row: teacher mass the selection holds, and
+                # how many of the teacher's top entries it holds (random: k / visible)
+                out_s.append(torch.stack([mass.sum(-1), captured, top_in_sel.float(), tval.sum(-1).float(),
+                                          keep.sum(-1).float().expand(B, t1 - t0)], -1))
             p, support = torch.cat(out_p, 1), torch.cat(out_v, 1)
         ctx.trace["compressed_probs"][l] = p
         ctx.trace.setdefault("kl_support", {})[l] = support
+        # [B, T, 5]: teacher mass on all visible entries, on the selection, teacher top-K entries
+        # in the selection, teacher top-K entries (mass > 0), visible entries
+        ctx.trace.setdefault("kl_teacher_stats", {})[l] = torch.cat(out_s, 1)
         if sparse:
             uidx = torch.cat(out_i, 1)
             q, w = ctx.shared["index_qw"]

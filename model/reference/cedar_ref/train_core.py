@@ -382,6 +382,27 @@ def indexer_kl(trace, valid_rows):
     return total, stats
 
 
+def teacher_check(trace, rows, k):
+    """TRAINING_NOTES §1's indexer check from a trace with kl_teacher_stats (model.kl_teacher_topk
+    > 0), over the rows bool [B, T]: per index layer, the share of the teacher's mass on the
+    selection ("captured"), the share of the teacher's top entries in the selection ("recall"),
+    and what a random selection of k entries would hold ("random": mean of min(k, N) / N).
+    -> {layer: {"captured", "recall", "random", "rows"}} (means over rows with teacher mass)."""
+    out = {}
+    for l, st in sorted(trace.get("kl_teacher_stats", {}).items()):
+        st = st.detach().float()
+        use = rows & (st[..., 0] > 1e-12) & (st[..., 3] > 0)
+        n = int(use.sum())
+        if n == 0:
+            continue
+        pick = st[use]
+        vis = pick[:, 4].clamp_min(1)
+        out[l] = {"captured": float((pick[:, 1] / pick[:, 0]).mean()),
+                  "recall": float((pick[:, 2] / pick[:, 3]).mean()),
+                  "random": float((vis.clamp_max(k) / vis).mean()), "rows": n}
+    return out
+
+
 @dataclass
 class StepOut:
     loss: float
@@ -392,6 +413,7 @@ class StepOut:
     tokens: int
     maxvio: float
     kl_layers: Dict[int, float] = field(default_factory=dict)
+    teacher: Dict[int, Dict[str, float]] = field(default_factory=dict)  # teacher_check, rows predicting assistant tokens
 
 
 class DataParallel:
@@ -496,7 +518,8 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
     vio = tracker.update_bias(gamma if update_bias else 0.0)
     return StepOut(float(backbone_loss.detach()), float(lm.detach()), float(kl.detach()) if torch.is_tensor(kl) else 0.0,
                    float(aux.detach()) if torch.is_tensor(aux) else 0.0, float(replay_lm.detach()),
-                   int(ntok), max(vio) if vio else 0.0, kl_stats)
+                   int(ntok), max(vio) if vio else 0.0, kl_stats,
+                   teacher_check(trace, valid & F.pad(mask[:, 1:], (0, 1)).bool(), m.cfg.index_topk))
 
 
 class WeightEMA:
