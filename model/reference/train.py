@@ -471,6 +471,18 @@ def run(rank, world, args) -> int:
                        {"LM (assistant tokens)": [h["lm"] for h in history],
                         "indexer KL": [max(h["kl"], 1e-6) for h in history]},
                        xs, f"cedar-agent-tiny: {step} steps, {train_s / 60:.1f} min")
+    teach = [h for h in history if "teacher" in h]
+    if teach:  # --kl-teacher-topk: the selection's share of the teacher mass, per layer (mean of 20 steps)
+        layers = sorted({l for h in teach for l in h["teacher"]}, key=int)
+        series = {}
+        for l in layers:
+            ys = [h["teacher"][l]["captured"] if l in h["teacher"] else float("nan") for h in teach]
+            series[f"layer {l}"] = [sum(v for v in ys[max(0, i - 19):i + 1] if v == v) /
+                                    max(1, sum(1 for v in ys[max(0, i - 19):i + 1] if v == v))
+                                    for i in range(len(ys))]
+        TC.write_png(os.path.join(args.out, "indexer.png"), series, [h["step"] for h in teach],
+                     "share of the all-entries teacher's mass on the indexer's selection",
+                     ylabel="captured mass")
     save({})
     log(f"saved model, log and loss curve (png via {how})")
 

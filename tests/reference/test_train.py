@@ -517,6 +517,11 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 1 failed", r.stderr)
             self.assertRegex(r.stderr, r"sel-mass 2:[01]\.\d\d 4:")  # the teacher's check, logged
+            with open(os.path.join(d, "indexer.png"), "rb") as f:  # ... and drawn
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            with open(os.path.join(d, "train_log.json")) as f:
+                rec = json.load(f)["history"][0]
+            self.assertEqual(sorted(rec["teacher"], key=int), ["2", "4", "6", "8", "10"])
             self.assertFalse(os.path.exists(os.path.join(d, "checkpoint")))
             self.assertTrue(os.path.exists(os.path.join(d, "model", "model.safetensors")))
         r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",

@@ -672,8 +672,8 @@ def export(m: DeepseekV41, config_path, out_dir, base_cfg, metadata=None):
 # loss-curve PNG
 # =============================================================================================
 
-def write_png(path, series: Dict[str, List[float]], xs: List[float], title=""):
-    """Line plot of each series against xs. matplotlib when available, else a plain PNG."""
+def write_png(path, series: Dict[str, List[float]], xs: List[float], title="", ylabel="loss"):
+    """Line plot of each series against xs (log y). matplotlib when available, else a plain PNG."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -683,7 +683,7 @@ def write_png(path, series: Dict[str, List[float]], xs: List[float], title=""):
             ax.plot(xs[:len(ys)], ys, label=k, linewidth=1.2)
         ax.set_yscale("log")
         ax.set_xlabel("step")
-        ax.set_ylabel("loss")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
