@@ -27,9 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-from cedar_ref import bpe, data  # noqa: E402
+from cedar_ref import data  # noqa: E402
 from cedar_ref import train_core as TC  # noqa: E402
-from cedar_ref.config import ModelConfig  # noqa: E402
 
 
 def _chars(text):
@@ -64,14 +63,10 @@ def main(argv=None) -> int:
         ap.error(f"--recall-chars {a.recall_chars[0]} {a.recall_chars[1]}: expected LO <= HI")
     torch.set_num_threads(a.threads)
     try:
-        cfg = ModelConfig.from_json(os.path.join(a.model, "config.json"))
-        tok = bpe.Tokenizer.load(os.path.join(a.model, "tokenizer.json"))
-        m = TC.build_model(cfg, 0, "cpu")
-        TC.init_from(m, a.model)
+        cfg, tok, m = TC.load_trained(a.model)
     except (OSError, ValueError, KeyError) as e:
         print(f"indexer_check: {a.model}: {e}", file=sys.stderr)
         return 2
-    m.eval()
     base = {"index_topk": cfg.index_topk, "candidate_topk_blocks": cfg.candidate_topk_blocks}
     TC.apply_stage(m, "C", base)  # sparse path, FP4 KV + indexer, candidate pool: what serving runs
     m.kl_teacher_topk = a.teacher_topk or cfg.index_topk

@@ -465,16 +465,19 @@ class TrainTest(unittest.TestCase):
         import sys
         from cedar_ref.safetensors_io import load_file
         tiny = os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny")
-        with tempfile.TemporaryDirectory() as d:
-            r = subprocess.run(
+
+        def train_py(out, steps, *extra):  # a real CPU run of train.py on the shipped config
+            return subprocess.run(
                 [sys.executable, os.path.join(_paths.REF_DIR, "train.py"),
                  "--config", os.path.join(_paths.ROOT, "config", "cedar-agent-tiny.json"),
                  "--tokenizer", os.path.join(tiny, "tokenizer.json"), "--device", "cpu",
-                 "--steps", "2", "--workers", "0", "--max-tokens", "768", "--max-len", "700",
-                 "--dense-frac", "0", "--stage-c-frac", "0.5", "--tf-eval-n", "0", "--gen-eval-n", "0",
-                 "--long-recall-n", "0", "--ema", "0.9", "--transport-parts",
-                 "--checkpoint-minutes", "1e-6", "--out", d],
+                 "--steps", str(steps), "--workers", "0", "--max-tokens", "768", "--max-len", "700",
+                 "--dense-frac", "0", "--tf-eval-n", "0", "--gen-eval-n", "0", "--long-recall-n", "0",
+                 "--checkpoint-minutes", "1e-6", "--out", out, *extra],
                 capture_output=True, text=True, timeout=600)
+
+        with tempfile.TemporaryDirectory() as d:
+            r = train_py(d, 2, "--stage-c-frac", "0.5", "--ema", "0.9", "--transport-parts")
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 2", r.stderr)
             with open(os.path.join(d, "checkpoint", "checkpoint.json")) as f:
@@ -506,14 +509,7 @@ class TrainTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "checkpoint.tmp"), "w") as f:  # a file where a folder must go
                 f.write("in the way")
-            r = subprocess.run(
-                [sys.executable, os.path.join(_paths.REF_DIR, "train.py"),
-                 "--config", os.path.join(_paths.ROOT, "config", "cedar-agent-tiny.json"),
-                 "--tokenizer", os.path.join(tiny, "tokenizer.json"), "--device", "cpu",
-                 "--steps", "1", "--workers", "0", "--max-tokens", "768", "--max-len", "700",
-                 "--dense-frac", "0", "--tf-eval-n", "0", "--gen-eval-n", "0", "--long-recall-n", "0",
-                 "--kl-teacher-topk", "16", "--checkpoint-minutes", "1e-6", "--out", d],
-                capture_output=True, text=True, timeout=600)
+            r = train_py(d, 1, "--kl-teacher-topk", "16")
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 1 failed", r.stderr)
             self.assertRegex(r.stderr, r"sel-mass 2:[01]\.\d\d 4:")  # the teacher's check, logged

@@ -333,7 +333,7 @@ class Attention(nn.Module):
         only re-ranks what it already picks). No gradients; chunked over rows. Sets this layer's
         trace "compressed_probs" (the teacher's mass), "kl_support" and, on the sparse path,
         "index_scores" re-scored over the wider support (aligned with "kl_idx")."""
-        cfg, l = self.cfg, self.layer
+        l = self.layer
         B, T, H, D = qf.shape
         kv = src.kv.float()                                                 # [B, E, D]
         E = kv.shape[1]

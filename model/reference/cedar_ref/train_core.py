@@ -104,6 +104,19 @@ def init_model(m: DeepseekV41):
 
 
 @torch.no_grad()
+def load_trained(model_dir, device="cpu"):
+    """An exported model directory for measuring tools: config.json, tokenizer.json and
+    model.safetensors into a fresh model (init_from's checks), in eval mode. Raises OSError /
+    ValueError / KeyError naming what is wrong. -> (cfg, tokenizer, model)."""
+    from . import bpe
+    cfg = ModelConfig.from_json(os.path.join(model_dir, "config.json"))
+    tok = bpe.Tokenizer.load(os.path.join(model_dir, "tokenizer.json"))
+    m = build_model(cfg, 0, device)
+    init_from(m, model_dir)
+    m.eval()
+    return cfg, tok, m
+
+
 def init_from(m: DeepseekV41, model_dir):
     """Loads model_dir/model.safetensors (official names, bf16 or fp32) into m's parameters and
     buffers in place (fp32 masters; the router biases come from the checkpoint too). Strict:
@@ -388,18 +401,21 @@ def teacher_check(trace, rows, k):
     selection ("captured"), the share of the teacher's top entries in the selection ("recall"),
     and what a random selection of k entries would hold ("random": mean of min(k, N) / N).
     -> {layer: {"captured", "recall", "random", "rows"}} (means over rows with teacher mass)."""
-    out = {}
-    for l, st in sorted(trace.get("kl_teacher_stats", {}).items()):
+    stats = sorted(trace.get("kl_teacher_stats", {}).items())
+    if not stats:
+        return {}
+    sums = []
+    for _, st in stats:  # per layer: [n, Σ captured, Σ recall, Σ random], one transfer for all
         st = st.detach().float()
-        use = rows & (st[..., 0] > 1e-12) & (st[..., 3] > 0)
-        n = int(use.sum())
-        if n == 0:
-            continue
-        pick = st[use]
-        vis = pick[:, 4].clamp_min(1)
-        out[l] = {"captured": float((pick[:, 1] / pick[:, 0]).mean()),
-                  "recall": float((pick[:, 2] / pick[:, 3]).mean()),
-                  "random": float((vis.clamp_max(k) / vis).mean()), "rows": n}
+        use = (rows & (st[..., 0] > 1e-12) & (st[..., 3] > 0)).float()
+        vis = st[..., 4].clamp_min(1)
+        sums.append(torch.stack([use.sum(), (use * st[..., 1] / st[..., 0].clamp_min(1e-30)).sum(),
+                                 (use * st[..., 2] / st[..., 3].clamp_min(1)).sum(),
+                                 (use * vis.clamp_max(k) / vis).sum()]))
+    out = {}
+    for (l, _), (n, cap, rec, rnd) in zip(stats, torch.stack(sums).tolist()):
+        if n > 0:
+            out[l] = {"captured": cap / n, "recall": rec / n, "random": rnd / n, "rows": int(n)}
     return out
 
 
