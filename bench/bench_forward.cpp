@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
   std::string model_dir = "model/weights/cedar-agent-tiny";
   std::vector<int> default_ctxs = {8192}, default_batches = {1, 8};
   for (int i = 1; i < argc; ++i) {
+    const bool help = !std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h");
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--fixture") && i + 1 < argc) fixture = argv[++i];
     else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
@@ -210,12 +211,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--contexts") && i + 1 < argc && parse_list(argv[i + 1], &default_ctxs)) ++i;
     else if (!std::strcmp(argv[i], "--batches") && i + 1 < argc && parse_list(argv[i + 1], &default_batches)) ++i;
     else {
-      std::fprintf(stderr,
+      std::fprintf(help ? stdout : stderr,
                    "usage: %s [--quick] [--fixture DIR] [--models tiny-A,rand100m,rand100m-bf16,rand100m-fp8,default]\n"
                    "          [--model-dir DIR] [--contexts N,...] [--batches B,...]\n"
                    "  --contexts, --batches: decode points of the \"default\" model (default 8192 and 1,8)\n",
                    argv[0]);
-      return 2;
+      return help ? 0 : 2;
     }
   }
   auto wanted = [&](const std::string& m) { return ("," + models + ",").find("," + m + ",") != std::string::npos; };

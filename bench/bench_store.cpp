@@ -209,6 +209,18 @@ int main(int argc, char** argv) {
   std::string dir;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "bench_store — B1 (store bytes per context token) and B8 (page write/read throughput)\n"
+          "usage: bench_store [--tokens N] [--reps R] [--dir PATH]\n"
+          "  --tokens N  context tokens written turn by turn (default 32768, at least 1024)\n"
+          "  --reps R    repetitions per figure, median reported (default 5, at least 5)\n"
+          "  --dir PATH  where the store and the raw-disk baseline files go (default: a fresh\n"
+          "              directory under $TMPDIR or /tmp, removed at the end)\n"
+          "CSV on stdout (commit,machine,config,figure,value,unit,baseline,baseline_value,ratio);\n"
+          "progress on stderr.\n");
+      return 0;
+    }
     if (a == "--tokens" && i + 1 < argc) n_tokens = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--dir" && i + 1 < argc) dir = argv[++i];

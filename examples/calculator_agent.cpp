@@ -8,6 +8,10 @@
 #include "runtime/cedar.hpp"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("usage: %s [MODEL_DIR] [STORE.db]\nA calculator agent on the shipped model: the built-in calculator and a C++ tool.\n", argv[0]);
+    return 0;
+  }
   cedar::runtime_options opts;
   opts.model_dir = argc > 1 ? argv[1] : CEDAR_SOURCE_DIR "/model/weights/cedar-agent-tiny";
   opts.store_path = argc > 2 ? argv[2] : "calculator_agent.db";

@@ -11,6 +11,10 @@
 #include "runtime/cedar.hpp"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("usage: %s start STORE.db [MODEL_DIR] | resume STORE.db ID [MODEL_DIR]\nRuns a turn and exits (start, prints the session id), then continues that session (resume).\n", argv[0]);
+    return 0;
+  }
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s start STORE.db [MODEL_DIR] | resume STORE.db ID [MODEL_DIR]\n", argv[0]);
     return 2;

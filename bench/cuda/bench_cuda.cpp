@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "bench_cuda [--csv FILE] [--quick]\n"
+          "usage: bench_cuda [--csv FILE] [--quick]\n"
           "CUDA ops against the device's copy bandwidth (the roofline): qgemv decode projections\n"
           "(bf16/fp8/fp4, m = 1/8/64), the decode-step projection stream of a ~1.6B config at\n"
           "batch 1 (one CUDA graph), sparse attention + indexer + top-k at 8K/32K/128K context.\n"
