@@ -3,7 +3,7 @@
 # a CPU oracle) and the cuda backend end to end (test_cuda_model: decode steps against the CPU
 # runner on the shipped model and an FP8/FP4 random model).
 #
-#   scripts/cuda-tests.sh [--help] [TEST_BINARY...] [-- gtest flags...]
+# usage: scripts/cuda-tests.sh [--help] [TEST_BINARY...] [-- gtest flags...]
 #
 # Binaries default to build/tests/test_cuda and build/tests/test_cuda_model (`cmake --build
 # build --target test_cuda test_cuda_model`; the CUDA runtime is linked statically, so they can

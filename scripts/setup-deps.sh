@@ -3,6 +3,11 @@
 # Idempotent: a no-op (no apt call at all) when everything is already present.
 # Usage: scripts/setup-deps.sh [--with-python] [--with-browser]
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) printf '%s\n' "usage: scripts/setup-deps.sh [--with-python] [--with-browser]" "Installs the Debian packages cedar needs to build, test and run (apt; a no-op when present).
+  --with-python   PyTorch, NumPy, Matplotlib (the reference model, trainer and their tests)
+  --with-browser  Chromium (the dashboard browser test)"; exit 0 ;;
+esac
 
 pkgs=(build-essential cmake pkg-config git ca-certificates
       libcaf-dev libcurl4-openssl-dev libsimdjson-dev libsqlite3-dev libcpp-httplib-dev

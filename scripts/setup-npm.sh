@@ -7,6 +7,9 @@
 # Idempotent: a folder whose node_modules matches its lockfile is left alone.
 # Usage: scripts/setup-npm.sh
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) printf '%s\n' "usage: scripts/setup-npm.sh" "Installs the pinned npm packages of the project (npm ci per folder; a no-op when current)."; exit 0 ;;
+esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 command -v npm >/dev/null 2>&1 || { echo "setup-npm: npm not found; run scripts/setup-deps.sh first" >&2; exit 1; }

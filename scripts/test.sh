@@ -2,6 +2,10 @@
 # One command on a fresh Debian machine: install everything the tests need (apt, npm), build,
 # and run every test (C++ GoogleTest suites and the Python reference tests) through ctest.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) printf '%s\n' "usage: scripts/test.sh" "Installs everything the tests need (apt, npm), builds, and runs every test through ctest,
+then the sanitizer stage (ASan + UBSan build, unit tests and fuzz regressions)."; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 scripts/setup-deps.sh --with-python --with-browser
 [ -x scripts/setup-npm.sh ] && scripts/setup-npm.sh
