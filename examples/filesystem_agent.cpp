@@ -12,12 +12,14 @@
 #include "runtime/cedar.hpp"
 
 int main(int argc, char** argv) {
+  const char* usage = "usage: %s MCP_CONFIG.json [MODEL_DIR] [STORE.db]\n";
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::printf("usage: %s MCP_CONFIG.json [MODEL_DIR] [STORE.db]\nAn agent with the tools of the MCP servers in MCP_CONFIG.json (mcpServers).\n", argv[0]);
+    std::printf(usage, argv[0]);
+    std::printf("An agent with the tools of the MCP servers in MCP_CONFIG.json (mcpServers).\n");
     return 0;
   }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MCP_CONFIG.json [MODEL_DIR] [STORE.db]\n", argv[0]);
+    std::fprintf(stderr, usage, argv[0]);
     return 2;
   }
   cedar::runtime_options opts;

@@ -11,18 +11,28 @@
 #include "runtime/cedar.hpp"
 
 int main(int argc, char** argv) {
+  const char* usage = "usage: %s start STORE.db [MODEL_DIR] | resume STORE.db ID [MODEL_DIR]\n";
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::printf("usage: %s start STORE.db [MODEL_DIR] | resume STORE.db ID [MODEL_DIR]\nRuns a turn and exits (start, prints the session id), then continues that session (resume).\n", argv[0]);
+    std::printf(usage, argv[0]);
+    std::printf("Runs a turn and exits (start, prints the session id), then continues that session (resume).\n");
     return 0;
   }
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s start STORE.db [MODEL_DIR] | resume STORE.db ID [MODEL_DIR]\n", argv[0]);
+    std::fprintf(stderr, usage, argv[0]);
     return 2;
   }
   std::string mode = argv[1];
   bool resume = mode == "resume";
-  if (!resume && mode != "start") return 2;
-  if (resume && argc < 4) return 2;
+  if (!resume && mode != "start") {
+    std::fprintf(stderr, "unknown mode '%s' (start or resume)\n", mode.c_str());
+    std::fprintf(stderr, usage, argv[0]);
+    return 2;
+  }
+  if (resume && argc < 4) {
+    std::fprintf(stderr, "resume needs the session id\n");
+    std::fprintf(stderr, usage, argv[0]);
+    return 2;
+  }
   int model_arg = resume ? 4 : 3;
   cedar::runtime_options opts;
   opts.store_path = argv[2];
