@@ -119,6 +119,7 @@ executor_actor::behavior_type executor_fn(executor_actor::stateful_pointer<execu
     generation_params p;
     p.sampling = {req.temperature, req.top_p, req.min_p, req.seed};
     p.max_new_tokens = req.max_new_tokens;
+    p.min_new_tokens = req.min_new_tokens;
     p.stop_ids = req.stop_ids;
     p.tool_grammar = req.tool_grammar;
     p.reply_prefix = req.reply_prefix;
@@ -716,6 +717,7 @@ void generate(agent_ptr self, std::vector<int32_t> tokens) {
   req.min_p = s.cfg.min_p;
   req.seed = s.cfg.seed + uint64_t(s.sum.rounds);
   req.max_new_tokens = s.cfg.limits.max_new_tokens;
+  req.min_new_tokens = s.cfg.limits.min_new_tokens;
   req.stop_ids = {s.eos};
   req.fresh = s.fresh;
   req.tool_grammar = s.grammar;

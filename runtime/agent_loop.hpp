@@ -38,6 +38,7 @@ const char* agent_phase_name(agent_phase p);
 
 struct agent_limits {
   int max_new_tokens = 512;   // per model reply
+  int min_new_tokens = 0;     // the reply cannot end before this many tokens (0: off)
   int max_tool_rounds = 8;    // model replies with tool calls per user turn
   // A call (same tool, same arguments text) that already failed this many times in the turn ends
   // the turn when the model makes it again, instead of running it a futile time more; 0: no limit.

@@ -16,6 +16,7 @@ std::string agent_options_to_json(const agent_options& o) {
                {"min_p", o.min_p},
                {"seed", o.seed},
                {"max_new_tokens", o.max_new_tokens},
+               {"min_new_tokens", o.min_new_tokens},
                {"max_tool_rounds", o.max_tool_rounds},
                {"max_repeated_failures", o.max_repeated_failures},
                {"tool_timeout_ms", o.tool_timeout_ms},
@@ -66,6 +67,7 @@ result<agent_options> agent_options_from_json(std::string_view json, const agent
     o.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>() : uint64_t(j["seed"].get<int64_t>());
   }
   CEDAR_TRY(integer("max_new_tokens", o.max_new_tokens));
+  CEDAR_TRY(integer("min_new_tokens", o.min_new_tokens));
   CEDAR_TRY(integer("max_tool_rounds", o.max_tool_rounds));
   CEDAR_TRY(integer("max_repeated_failures", o.max_repeated_failures));
   CEDAR_TRY(integer("tool_timeout_ms", o.tool_timeout_ms));

@@ -167,11 +167,13 @@ const model::engine& agent_runtime::engine() const { return *p_->engine; }
 
 // The limits an agent runs under, checked where options enter (a clear error, not a clamp).
 static status check_options(const agent_options& o) {
-  auto bad = [&](const char* field, int v, const char* want) {
+  auto bad = [&](const char* field, int v, const std::string& want) {
     return make_error(errc::invalid_argument, "agent '" + o.name + "': " + field + " = " + std::to_string(v) +
                                                   " (must be " + want + ")");
   };
   if (o.max_new_tokens < 1) return bad("max_new_tokens", o.max_new_tokens, ">= 1");
+  if (o.min_new_tokens < 0 || o.min_new_tokens > o.max_new_tokens)
+    return bad("min_new_tokens", o.min_new_tokens, "in [0, max_new_tokens = " + std::to_string(o.max_new_tokens) + "]");
   if (o.max_tool_rounds < 0) return bad("max_tool_rounds", o.max_tool_rounds, ">= 0");
   if (o.max_repeated_failures < 0) return bad("max_repeated_failures", o.max_repeated_failures, ">= 0; 0 turns the guard off");
   if (o.tool_timeout_ms < 1) return bad("tool_timeout_ms", o.tool_timeout_ms, ">= 1");
@@ -189,6 +191,7 @@ static agent_config to_config(const agent_options& o, std::shared_ptr<observer> 
   c.min_p = o.min_p;
   c.seed = o.seed;
   c.limits.max_new_tokens = o.max_new_tokens;
+  c.limits.min_new_tokens = o.min_new_tokens;
   c.limits.max_tool_rounds = o.max_tool_rounds;
   c.limits.max_repeated_failures = o.max_repeated_failures;
   c.tool_timeout_ms = o.tool_timeout_ms;

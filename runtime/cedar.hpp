@@ -83,6 +83,9 @@ struct agent_options {
   float top_p = 1, min_p = 0;
   uint64_t seed = 0;
   int max_new_tokens = 256;        // per model reply
+  // The end of a reply (EOS, end of turn) is masked until it holds this many tokens; 0: off,
+  // at most max_new_tokens (vLLM's min_tokens: replies of a known length, e.g. for benchmarks).
+  int min_new_tokens = 0;
   int max_tool_rounds = 8;         // model replies with tool calls per ask()
   // A call (same tool, same arguments) that already failed this many times in one ask() ends the
   // turn (turn_result::repeat_limit) when the model makes it again; 0: no limit.

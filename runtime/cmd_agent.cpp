@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "kernels/base/log.hpp"
+#include "runtime/agent_options_json.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/cmd_sessions.hpp"
 #include "runtime/shutdown_signals.hpp"
@@ -51,7 +52,7 @@ void add_common(CLI::App* c, agent_args& a) {
       ->capture_default_str();
   c->add_option("--store", a.store, "session store (SQLite); default: the user's data directory");
   c->add_option("--agent", a.agent_file,
-                "agent JSON: {name, system_prompt, tools, temperature, top_p, seed, max_new_tokens, "
+                "agent JSON: {name, system_prompt, tools, temperature, top_p, min_p, seed, max_new_tokens, min_new_tokens, "
                 "max_tool_rounds, max_repeated_failures, tool_timeout_ms, constrain_tool_calls}");
   c->add_option("--mcp-config", a.mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
   c->add_option("--files-root", a.files_root, "directory file_read/file_list may read")->capture_default_str();
@@ -69,23 +70,10 @@ result<agent_options> load_agent_options(const agent_args& a) {
     if (!f) return make_error(errc::not_found, a.agent_file + ": cannot open agent file");
     std::stringstream ss;
     ss << f.rdbuf();
-    njson j = njson::parse(ss.str(), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return make_error(errc::invalid_format, a.agent_file + ": not a JSON object");
-    try {
-      o.name = j.value("name", o.name);
-      o.system_prompt = j.value("system_prompt", o.system_prompt);
-      if (j.contains("tools")) o.tools = j["tools"].get<std::vector<std::string>>();
-      o.temperature = j.value("temperature", o.temperature);
-      o.top_p = j.value("top_p", o.top_p);
-      o.seed = j.value("seed", o.seed);
-      o.max_new_tokens = j.value("max_new_tokens", o.max_new_tokens);
-      o.max_tool_rounds = j.value("max_tool_rounds", o.max_tool_rounds);
-      o.max_repeated_failures = j.value("max_repeated_failures", o.max_repeated_failures);
-      o.tool_timeout_ms = j.value("tool_timeout_ms", o.tool_timeout_ms);
-      o.constrain_tool_calls = j.value("constrain_tool_calls", o.constrain_tool_calls);
-    } catch (const njson::exception& e) {
-      return make_error(errc::invalid_format, a.agent_file + ": " + e.what());
-    }
+    // The keys and checks of a stored session's options (agent_options_json.hpp).
+    auto r = agent_options_from_json(ss.str(), o);
+    if (!r) return make_error(r.err().code, a.agent_file + ": " + r.err().message);
+    o = std::move(*r);
   }
   if (a.max_new_tokens > 0) o.max_new_tokens = a.max_new_tokens;
   return o;

@@ -35,6 +35,7 @@ struct executor_core::gen {
   std::optional<model::tool_grammar> grammar;  // constrained tool calls
   std::string text;                            // the reply's bytes so far (with a grammar)
   std::vector<float> scratch;                  // logits with the rejected candidates masked
+  std::vector<float> no_stop;                  // logits with the stop tokens masked (min_new_tokens)
   explicit gen(const generation_params& p) : smp(p.sampling), params(p) {}
 };
 
@@ -48,6 +49,16 @@ static bool is_stop_token(int32_t t, int32_t eos, const std::vector<int32_t>& st
 // sampler draws again from the rest; after 32 rejections every token is checked at once. Should
 // nothing be viable (cannot happen while EOS is allowed in content), the first choice stands.
 int32_t executor_core::choose(gen& g, const float* logits, int V) {
+  // Before min_new_tokens the stop tokens cannot be drawn: the row is copied with them masked.
+  if (int(g.generated.size()) < g.params.min_new_tokens) {
+    g.no_stop.assign(logits, logits + V);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const int32_t eos = e_.config().eos_token_id;
+    if (eos >= 0 && eos < V) g.no_stop[size_t(eos)] = ninf;
+    for (int32_t t : g.params.stop_ids)
+      if (t >= 0 && t < V) g.no_stop[size_t(t)] = ninf;
+    logits = g.no_stop.data();
+  }
   const int32_t first = g.smp.sample(logits, V);
   if (!g.grammar) return first;
   const model::tokenizer& tok = *opts_.tokenizer;

@@ -70,6 +70,9 @@ struct executor_options {
 struct generation_params {
   model::sampler_params sampling;
   int max_new_tokens = 512;
+  // The stop tokens (EOS and stop_ids) are masked until the reply holds this many tokens, as
+  // vLLM's min_tokens: a reply of a known length (benchmarks, a turn long enough to cancel).
+  int min_new_tokens = 0;
   std::vector<int32_t> stop_ids;  // the engine's EOS is always a stop
   // Constrained tool calls (model/tool_grammar.hpp): a JSON array of {"name", "parameters"}; a
   // sampled token that would make a call invalid is masked and the sampler draws again.

@@ -51,6 +51,7 @@ struct gen_request {
   float temperature = 0, top_p = 1, min_p = 0;
   uint64_t seed = 0;
   int32_t max_new_tokens = 256;
+  int32_t min_new_tokens = 0;    // generation_params::min_new_tokens
   std::vector<int32_t> stop_ids;
   bool fresh = false;            // a new session: nothing to restore
   std::string tool_grammar;      // constrained tool calls (generation_params::tool_grammar)
@@ -59,7 +60,7 @@ struct gen_request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
   return f(caf::meta::type_name("gen_request"), x.session, x.tokens, x.temperature, x.top_p, x.min_p, x.seed,
-           x.max_new_tokens, x.stop_ids, x.fresh, x.tool_grammar, x.reply_prefix);
+           x.max_new_tokens, x.min_new_tokens, x.stop_ids, x.fresh, x.tool_grammar, x.reply_prefix);
 }
 
 struct kv_source_msg {

@@ -495,6 +495,13 @@ void mount_dashboard(httplib::Server& svr, agent_runtime& rt) {
         return send_error(res, 400, "'max_new_tokens' must be an integer in [1, 8192]");
       o.max_new_tokens = b["max_new_tokens"].get<int>();
     }
+    if (b.contains("min_new_tokens")) {
+      if (!b["min_new_tokens"].is_number_integer() || b["min_new_tokens"].get<int64_t>() < 0 ||
+          b["min_new_tokens"].get<int64_t>() > o.max_new_tokens)
+        return send_error(res, 400, "'min_new_tokens' must be an integer in [0, max_new_tokens = " +
+                                        std::to_string(o.max_new_tokens) + "]");
+      o.min_new_tokens = b["min_new_tokens"].get<int>();
+    }
     for (auto [key, out] : {std::pair<const char*, int*>{"max_tool_rounds", &o.max_tool_rounds},
                             std::pair<const char*, int*>{"max_repeated_failures", &o.max_repeated_failures}}) {
       if (!b.contains(key)) continue;

@@ -89,13 +89,15 @@ try {
   check(/→|error:/.test(callText) && /ms/.test(callText), 'the tool call shows its result and duration');
   await page.screenshot({ path: join(outDir, 'session-live.png') });
 
-  // A second agent with a long reply, cancelled while it generates. The small model's replies
-  // can end before the click lands: then another agent is started (at most 3 attempts).
+  // A second agent with a long reply, cancelled while it generates: "Min new tokens" keeps the
+  // reply from ending before 4000 tokens (the small model answers a story request in a few
+  // words). Should the click still miss, another agent is started (at most 3 attempts).
   let second = 0;
   for (let attempt = 1; attempt <= 3 && !second; attempt++) {
     await page.goto(`${base}/#/sessions`);
     await page.fill('#f-message', 'Write a very long story about a cedar tree, with many chapters.');
     await page.fill('#f-max', '4000');
+    await page.fill('#f-min', '4000');
     await page.$$eval('#f-tools input', (els) => els.forEach((e) => { e.checked = e.value === 'clock'; }));
     const before = await page.evaluate(() => location.hash);
     await page.click('#f-start');

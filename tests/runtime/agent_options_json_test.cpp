@@ -14,6 +14,7 @@ TEST(AgentOptionsJson, EveryLimitAndTheToolGrammarSurviveARoundTrip) {
   o.temperature = 0.5f;
   o.seed = 99;
   o.max_new_tokens = 77;
+  o.min_new_tokens = 12;
   o.max_tool_rounds = 3;
   o.max_repeated_failures = 0;  // not the default (2): a lost field would read back as 2
   o.tool_timeout_ms = 1234;
@@ -26,6 +27,7 @@ TEST(AgentOptionsJson, EveryLimitAndTheToolGrammarSurviveARoundTrip) {
   EXPECT_FLOAT_EQ(back->temperature, 0.5f);
   EXPECT_EQ(back->seed, 99u);
   EXPECT_EQ(back->max_new_tokens, 77);
+  EXPECT_EQ(back->min_new_tokens, 12);
   EXPECT_EQ(back->max_tool_rounds, 3);
   EXPECT_EQ(back->max_repeated_failures, 0);
   EXPECT_EQ(back->tool_timeout_ms, 1234);

@@ -185,6 +185,10 @@ TEST_F(DashboardEndpoints, BadRequestsGetClearErrors) {
   EXPECT_EQ(s4b, 400);
   EXPECT_NE(j4b["error"]["message"].get<std::string>().find("'max_repeated_failures' must be an integer in [0, 64]"),
             std::string::npos) << j4b.dump();
+  auto [s4c, j4c] = post("/api/dash/agents", R"({"message":"hi","max_new_tokens":64,"min_new_tokens":65})");
+  EXPECT_EQ(s4c, 400);
+  EXPECT_NE(j4c["error"]["message"].get<std::string>().find("'min_new_tokens' must be an integer in [0, max_new_tokens = 64]"),
+            std::string::npos) << j4c.dump();
   get_json("/api/dash/sessions/987654", 404);
   auto [s5, j5] = post("/api/dash/sessions/987654/cancel", "");
   EXPECT_EQ(s5, 404);
@@ -347,11 +351,11 @@ TEST_F(DashboardEndpoints, ForkAtATurnThenResumeTheFork) {
 
 TEST_F(DashboardEndpoints, CancelStopsARunningTurn) {
   auto [status, j] = post("/api/dash/agents", R"({"name":"story","message":"Write a very long story about a cedar tree.",)"
-                                              R"("tools":["clock"],"max_new_tokens":4000})");
+                                              R"("tools":["clock"],"max_new_tokens":4000,"min_new_tokens":4000})");
   ASSERT_EQ(status, 201) << j.dump();
   int64_t id = j["session"];
-  // Cancel as soon as the turn runs (the small model's replies can be short): the agent's cancel
-  // reaches the executor after its generate request, so the generation stops early.
+  // min_new_tokens keeps the reply going (the small model answers a story request in a few words);
+  // the cancel reaches the executor after its generate request, so the generation stops early.
   for (int i = 0; i < 600; ++i) {
     njson s = get_json("/api/dash/sessions/" + std::to_string(id));
     if (s["running"].get<bool>()) break;

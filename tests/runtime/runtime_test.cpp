@@ -120,6 +120,8 @@ TEST(Runtime, OptionsOutOfRangeAreClearErrors) {
       {"max_repeated_failures", [](agent_options& o) { o.max_repeated_failures = -1; }},
       {"max_tool_rounds", [](agent_options& o) { o.max_tool_rounds = -3; }},
       {"max_new_tokens", [](agent_options& o) { o.max_new_tokens = 0; }},
+      {"min_new_tokens", [](agent_options& o) { o.min_new_tokens = -1; }},
+      {"min_new_tokens", [](agent_options& o) { o.min_new_tokens = o.max_new_tokens + 1; }},
       {"tool_timeout_ms", [](agent_options& o) { o.tool_timeout_ms = 0; }},
   };
   for (const auto& c : cases) {
@@ -231,4 +233,33 @@ TEST(Runtime, EvictionUnderATinyRamBudgetStillResumes) {
   auto r2 = a->ask("second");
   ASSERT_TRUE(r2.ok()) << r2.err().message;
   EXPECT_EQ(r2->resume_path, "replayed");
+}
+
+// min_new_tokens masks the end of a reply until it holds that many tokens (vLLM's min_tokens), on
+// the shipped model: it answers this request in a few words, so without the option the reply is
+// short, and with it the reply runs to the minimum. Greedy, so both are deterministic.
+TEST(Runtime, MinNewTokensKeepsAReplyGoingOnTheShippedModel) {
+  test::temp_dir dir;
+  runtime_options ro;
+  ro.model_dir = test::src("model/weights/cedar-agent-tiny");
+  ro.store_path = dir.file("s.db");
+  auto rt = agent_runtime::open(ro);
+  ASSERT_TRUE(rt.ok()) << rt.err().message;
+  const char* ask = "Write a very long story about a cedar tree, with many chapters.";
+  agent_options o;
+  o.tools = {"clock"};
+  o.max_new_tokens = 200;
+  o.max_tool_rounds = 0;
+  auto plain = (*rt)->create_agent(o);
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  auto r0 = plain->ask(ask);
+  ASSERT_TRUE(r0.ok()) << r0.err().message;
+  ASSERT_LT(r0->generated_tokens, 48) << "the premise: the model ends this reply early";
+  o.min_new_tokens = 48;
+  auto held = (*rt)->create_agent(o);
+  ASSERT_TRUE(held.ok()) << held.err().message;
+  auto r1 = held->ask(ask);
+  ASSERT_TRUE(r1.ok()) << r1.err().message;
+  EXPECT_GE(r1->generated_tokens, 48);
+  EXPECT_LE(r1->generated_tokens, 200);
 }

@@ -88,7 +88,7 @@ $('#start-form').addEventListener('submit', async (ev) => {
   try {
     const j = await api('/api/dash/agents', { method: 'POST', body: JSON.stringify({
       name: $('#f-name').value, system_prompt: $('#f-system').value, message: $('#f-message').value,
-      tools, max_new_tokens: Number($('#f-max').value) }) });
+      tools, max_new_tokens: Number($('#f-max').value), min_new_tokens: Number($('#f-min').value) }) });
     location.hash = '#/session/' + j.session;
   } catch (e) { $('#f-error').textContent = e.message; }
 });
