@@ -168,6 +168,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dense-frac", type=float, default=0.12, help="stage A share")
     ap.add_argument("--stage-c-frac", type=float, default=0.70, help="stage C starts here")
     ap.add_argument("--replay-rows", type=int, default=1, help="rows per batch given a replay tail in stage C")
+    ap.add_argument("--indexer-only", action="store_true",
+                    help="train the indexers alone: every other parameter frozen and the MoE router "
+                         "biases not updated; the forward (and the LM loss, logged) as usual")
+    ap.add_argument("--indexer-lr-mult", type=float, default=1.0, metavar="X",
+                    help="the indexer group's learning rate as a multiple of --lr (default 1)")
     ap.add_argument("--kl-teacher-topk", type=int, default=0, metavar="K",
                     help="indexer KL over the selection and the K entries this layer's attention "
                          "over EVERY visible entry weighs most (the teacher of TRAINING_NOTES §1), "
@@ -210,6 +215,8 @@ def main(argv=None) -> int:
     lo, hi = args.long_recall_train_chars
     if not 0 < lo <= hi:
         ap.error(f"--long-recall-train-chars {lo} {hi}: expected 0 < LO <= HI")
+    if not args.indexer_lr_mult > 0:
+        ap.error(f"--indexer-lr-mult {args.indexer_lr_mult}: a multiple of --lr > 0")
     if args.kl_teacher_topk < 0:
         ap.error(f"--kl-teacher-topk {args.kl_teacher_topk}: a number of entries >= 0 (0: off)")
     if args.checkpoint_minutes < 0:
@@ -285,7 +292,13 @@ def run(rank, world, args) -> int:
     n_params = sum(p.numel() for p in m.parameters())
     log(f"model {n_params / 1e6:.2f}M params on {dev}; vocab {cfg.vocab_size}, layers "
         f"{[cfg.layer_mode(l) for l in range(cfg.num_hidden_layers)]}")
+    if args.indexer_only:
+        n_train, n_frozen = TC.freeze_all_but_indexers(m)
+        log(f"indexer only: {n_train / 1e6:.3f}M indexer parameters train, {n_frozen / 1e6:.2f}M frozen")
     groups = TC.param_groups(m, args.lr)
+    for g in groups:
+        if g["name"] == "indexer":
+            g["lr_mult"] = args.indexer_lr_mult
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     tracker = TC.MoETracker(m)
     ema = TC.WeightEMA(m, args.ema) if args.ema else None
@@ -371,7 +384,8 @@ def run(rank, world, args) -> int:
             try:
                 out = TC.train_step(m, opt, tracker, batch, stage, args.gamma,
                                     replay_rows=args.replay_rows, autocast=autocast, rng=rng,
-                                    update_bias=not sched.bias_frozen(sstep), parallel=parallel)
+                                    update_bias=not (args.indexer_only or sched.bias_frozen(sstep)),
+                                    parallel=parallel)
                 t_step += time.time() - t1
                 if out is None:  # another rank ran out of memory: nobody updated
                     continue

@@ -230,6 +230,32 @@ class TrainTest(unittest.TestCase):
             if not TC.is_indexer(n):
                 self.assertTrue(torch.equal(after[0][n], after[3][n]), n)
 
+    def test_indexer_only_moves_the_indexers_alone(self):
+        """train.py --indexer-only: after freeze_all_but_indexers a train_step (stage B and C,
+        the teacher on, router biases not updated) leaves every other parameter and buffer
+        bit-identical and moves the indexers; the LM loss is still computed and reported."""
+        base = None
+        for stage in ("B", "C"):
+            m, _, tr = self.fresh(5)
+            base = base or {"index_topk": m.cfg.index_topk, "candidate_topk_blocks": m.cfg.candidate_topk_blocks}
+            n_train, n_frozen = TC.freeze_all_but_indexers(m)
+            self.assertGreater(n_train, 0)
+            self.assertGreater(n_frozen, n_train)
+            opt = torch.optim.AdamW(TC.param_groups(m, 3e-3), lr=3e-3, betas=(0.9, 0.95))
+            self.assertEqual([g["name"] for g in opt.param_groups if g["params"]], ["indexer"])
+            TC.apply_stage(m, stage, base)
+            m.kl_teacher_topk = 3
+            before = {n: t.detach().clone() for n, t in list(m.named_parameters()) + list(m.named_buffers())}
+            out = TC.train_step(m, opt, tr, batch(2, 40, seed=8), stage, 1e-3, rng=random.Random(0),
+                                replay_rows=1, update_bias=False)
+            self.assertGreater(out.lm, 0.0)
+            self.assertGreater(out.kl, 0.0)
+            moved = [n for n, p in m.named_parameters() if not torch.equal(p, before[n])]
+            self.assertTrue(moved, stage)
+            self.assertTrue(all(TC.is_indexer(n) for n in moved), moved)
+            for n, b in m.named_buffers():
+                self.assertTrue(torch.equal(b, before[n]), f"{stage} buffer {n}")
+
     def test_fast_topk_breaks_ties_like_the_stable_sort(self):
         from cedar_ref.model import fast_topk_indices, stable_topk_indices
         g = torch.Generator().manual_seed(4)
@@ -520,6 +546,18 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(sorted(rec["teacher"], key=int), ["2", "4", "6", "8", "10"])
             self.assertFalse(os.path.exists(os.path.join(d, "checkpoint")))
             self.assertTrue(os.path.exists(os.path.join(d, "model", "model.safetensors")))
+        # --indexer-only from the shipped weights: the export differs from them in indexer tensors only
+        with tempfile.TemporaryDirectory() as d:
+            r = train_py(d, 1, "--init-from", tiny, "--indexer-only", "--indexer-lr-mult", "10",
+                         "--kl-teacher-topk", "16", "--stage-c-frac", "1", "--checkpoint-minutes", "0")
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            self.assertIn("indexer only:", r.stderr)
+            got = load_file(os.path.join(d, "model", "model.safetensors"))
+            want = load_file(os.path.join(tiny, "model.safetensors"))
+            self.assertEqual(sorted(got), sorted(want))
+            changed = [k for k in want if not np.array_equal(got[k], want[k])]
+            self.assertTrue(changed)
+            self.assertTrue(all(".indexer." in k for k in changed), changed[:5])
         r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",
                             "--tokenizer", "t.json", "--out", "o", "--steps", "1", "--checkpoint-minutes", "-1"],
                            capture_output=True, text=True)
@@ -530,6 +568,11 @@ class TrainTest(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--kl-teacher-topk -4", r.stderr)
+        r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "train.py"), "--config", "c.json",
+                            "--tokenizer", "t.json", "--out", "o", "--steps", "1", "--indexer-lr-mult", "0"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--indexer-lr-mult 0", r.stderr)
 
     def test_average_models(self):
         """average_models.py: the mean of two exports, written as bf16, loads back; mismatched

@@ -154,6 +154,22 @@ def is_indexer(name):
     return ".attn.indexer." in name
 
 
+def freeze_all_but_indexers(m: DeepseekV41):
+    """Indexer-only training (train.py --indexer-only): every parameter outside the indexers
+    stops taking gradients, so a step moves the indexers alone against their KL (TRAINING_NOTES
+    §1's warm-up, on weights whose attention is already trained). Call before param_groups();
+    returns (trainable, frozen) parameter counts."""
+    n_train = n_frozen = 0
+    for name, p in m.named_parameters():
+        keep = is_indexer(name)
+        p.requires_grad_(keep)
+        if keep:
+            n_train += p.numel()
+        else:
+            n_frozen += p.numel()
+    return n_train, n_frozen
+
+
 def param_groups(m: DeepseekV41, lr, wd=0.1, engram_lr_mult=5.0):
     groups = {"matrix": [], "nodecay": [], "engram_table": [], "indexer": []}
     for name, p in m.named_parameters():
@@ -519,7 +535,8 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
     opt.zero_grad(set_to_none=True)
     idx_params = [p for g in opt.param_groups if g["name"] == "indexer" for p in g["params"]]
     other = [p for g in opt.param_groups if g["name"] != "indexer" for p in g["params"]]
-    backbone_loss.backward(retain_graph=torch.is_tensor(kl))
+    if backbone_loss.requires_grad:  # False when only the indexers train (freeze_all_but_indexers)
+        backbone_loss.backward(retain_graph=torch.is_tensor(kl))
     if torch.is_tensor(kl) and kl.requires_grad:
         kl.backward(inputs=idx_params)
     if parallel is not None:
