@@ -534,6 +534,7 @@ result<completion_result> completion_service::complete(const completion_request&
   g.top_p = req.top_p;
   g.seed = req.seed;
   g.max_new_tokens = req.max_tokens;
+  g.min_new_tokens = req.min_tokens;
   g.stop_ids = {tok.eos_id()};
   g.fresh = fresh;
   g.tool_grammar = grammar_of(req.tools_json);

@@ -64,6 +64,7 @@ struct completion_request {
   float temperature = 1, top_p = 1;
   uint64_t seed = 0;
   int max_tokens = 512;                       // sampled tokens (the forced prefix not counted)
+  int min_tokens = 0;                         // EOS masked until this many (generation_params::min_new_tokens)
   std::vector<std::string> stop;              // stop strings (content; not part of the reply)
 };
 

@@ -6,8 +6,9 @@
 // user, assistant with tool_calls, tool; content a string, null, or a list of text parts),
 // tools (function tools; their JSON schema keys are put in the order the model was trained on),
 // tool_choice, stream, stream_options.include_usage, max_tokens / max_completion_tokens
-// (default 512), temperature (default 1, as OpenAI; 0 = greedy), top_p, seed, stop (a string or
-// up to 4). n must be 1; response_format must be text; logprobs are not offered. Other fields
+// (default 512), min_tokens (vLLM's extension: EOS is masked until the reply holds this many
+// tokens; default 0), temperature (default 1, as OpenAI; 0 = greedy), top_p, seed, stop (a
+// string or up to 4). n must be 1; response_format must be text; logprobs are not offered. Other fields
 // are ignored.
 // tool_choice: "auto" (default) the model decides; "none" the tools are not shown to the model
 //   and no calls are returned; "required" the reply is forced to open a DSML tool-call block

@@ -194,6 +194,12 @@ chat_request parse_request(const njson& body) {
   r.max_tokens = 512;
   if (present(body, "max_tokens")) r.max_tokens = get_int(body, "max_tokens", 1, 1 << 20);
   if (present(body, "max_completion_tokens")) r.max_tokens = get_int(body, "max_completion_tokens", 1, 1 << 20);
+  if (present(body, "min_tokens")) {  // vLLM's extension: EOS cannot end the reply before this many tokens
+    r.min_tokens = get_int(body, "min_tokens", 0, 1 << 20);
+    if (r.min_tokens > r.max_tokens)
+      throw bad_field{"min_tokens", "min_tokens: " + std::to_string(r.min_tokens) + " is above max_tokens (" +
+                                        std::to_string(r.max_tokens) + ")"};
+  }
   r.temperature = 1;
   if (present(body, "temperature")) r.temperature = float(get_number(body, "temperature", 0, 2));
   if (present(body, "top_p")) {

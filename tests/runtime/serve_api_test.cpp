@@ -341,6 +341,20 @@ TEST_F(ServeApi, StreamedToolCallDeltasCarryIndexIdAndType) {
   EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>(), arguments);
 }
 
+// min_tokens (vLLM's extension): greedy, the model's own reply to this is a few words; with
+// min_tokens = max_tokens it runs to the limit and ends for length.
+TEST_F(ServeApi, MinTokensHoldsTheReplyToItsLength) {
+  njson body = request({{{"role", "system"}, {"content", k_system}}, {{"role", "user"}, {"content", "Say hello."}}}, 40);
+  njson plain = post(body);
+  ASSERT_EQ(plain["choices"].size(), 1u) << plain.dump();
+  ASSERT_LT(plain["usage"]["completion_tokens"].get<int>(), 40) << "the premise: the model stops early";
+  body["min_tokens"] = 40;
+  njson held = post(body);
+  ASSERT_EQ(held["choices"].size(), 1u) << held.dump();
+  EXPECT_EQ(held["usage"]["completion_tokens"].get<int>(), 40);
+  EXPECT_EQ(held["choices"][0]["finish_reason"], "length");
+}
+
 TEST_F(ServeApi, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
   auto c = client();
   auto r = c.Post("/v1/chat/completions", "{\"model\": \"cedar-agent-tiny\", \"messages\": [", "application/json");
@@ -365,6 +379,8 @@ TEST_F(ServeApi, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
        "messages[0].tool_call_id"},
       {njson{{"model", "cedar-agent-tiny"}, {"messages", ok_msgs}, {"temperature", "hot"}}, 400, "temperature"},
       {njson{{"model", "cedar-agent-tiny"}, {"messages", ok_msgs}, {"max_tokens", 0}}, 400, "max_tokens"},
+      {njson{{"model", "cedar-agent-tiny"}, {"messages", ok_msgs}, {"max_tokens", 20}, {"min_tokens", 30}}, 400, "min_tokens"},
+      {njson{{"model", "cedar-agent-tiny"}, {"messages", ok_msgs}, {"min_tokens", -1}}, 400, "min_tokens"},
       {njson{{"model", "cedar-agent-tiny"}, {"messages", ok_msgs}, {"n", 2}}, 400, "n"},
       {njson{{"model", "cedar-agent-tiny"}, {"messages", ok_msgs}, {"tools", "calculator"}}, 400, "tools"},
       {njson{{"model", "cedar-agent-tiny"}, {"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "yo"}}}}},
