@@ -9,6 +9,8 @@ global KV and indexer query/keys, the candidate pool) and each index layer:
   captured   share of the teacher's compressed-entry mass that lies on the selected entries
   recall     share of the teacher's top --teacher-topk entries that the selection holds
   random     what k entries drawn at random would hold: mean of min(k, N) / N over the rows
+  oracle     share the teacher's own top --teacher-topk entries hold: the most any selection of
+             that many entries can capture (with the default, k, it bounds 'captured')
 
 A selection that finds what the attention wants has captured and recall near 1; a low figure on a
 layer says its indexer misses entries its attention would weigh (on recall samples at ~8K tokens,
@@ -84,8 +86,8 @@ def main(argv=None) -> int:
         chk = TC.teacher_check(trace, rows, cfg.index_topk)
         samples.append({"index": i, "tokens": len(ids), "layers": {str(l): c for l, c in chk.items()}})
         for l, c in chk.items():
-            t = totals.setdefault(l, {"captured": 0.0, "recall": 0.0, "random": 0.0, "rows": 0})
-            for key in ("captured", "recall", "random"):
+            t = totals.setdefault(l, {"captured": 0.0, "recall": 0.0, "random": 0.0, "oracle": 0.0, "rows": 0})
+            for key in ("captured", "recall", "random", "oracle"):
                 t[key] += c[key] * c["rows"]
             t["rows"] += c["rows"]
         print(f"indexer_check: [{i + 1}/{a.n}] {a.family} sample {i}: {len(ids)} tokens, "
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
     for l, t in sorted(totals.items()):
         n = max(t["rows"], 1)
         layers[str(l)] = {"mode": cfg.layer_mode(l), "captured": t["captured"] / n, "recall": t["recall"] / n,
-                          "random": t["random"] / n, "rows": t["rows"]}
+                          "random": t["random"] / n, "oracle": t["oracle"] / n, "rows": t["rows"]}
     out = {"model": a.model, "family": a.family, "split": a.split, "seed": a.seed,
            "recall_chars": a.recall_chars, "index_topk": cfg.index_topk, "teacher_topk": m.kl_teacher_topk,
            "layers": layers, "samples": samples}
@@ -104,9 +106,10 @@ def main(argv=None) -> int:
         return 0
     print(f"{a.n} {a.split} {a.family} samples, rows predicting assistant tokens; selection k = "
           f"{cfg.index_topk}, teacher top {m.kl_teacher_topk}")
-    print(f"{'layer':>5} {'mode':>8} {'captured':>9} {'recall':>7} {'random':>7} {'rows':>6}")
+    print(f"{'layer':>5} {'mode':>8} {'captured':>9} {'oracle':>7} {'recall':>7} {'random':>7} {'rows':>6}")
     for l, c in layers.items():
-        print(f"{l:>5} {c['mode']:>8} {c['captured']:9.3f} {c['recall']:7.3f} {c['random']:7.3f} {c['rows']:6d}")
+        print(f"{l:>5} {c['mode']:>8} {c['captured']:9.3f} {c['oracle']:7.3f} {c['recall']:7.3f} "
+              f"{c['random']:7.3f} {c['rows']:6d}")
     return 0
 
 

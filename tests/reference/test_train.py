@@ -204,11 +204,12 @@ class TrainTest(unittest.TestCase):
             self.assertAlmostEqual(c["captured"], 1.0, places=5)
             self.assertAlmostEqual(c["recall"], 1.0, places=5)
             self.assertAlmostEqual(c["random"], 1.0, places=5)
+            self.assertGreater(c["oracle"], 0.0)  # the teacher's top 3 entries of many
         k = m.cfg.index_topk
         checks = [TC.teacher_check(run("B", sparse, 3)[2], valid, k) for sparse in (False, True)]
         self.assertEqual(set(checks[0]), set(checks[1]))
         for l in checks[0]:
-            for key in ("captured", "recall", "random"):
+            for key in ("captured", "recall", "random", "oracle"):
                 self.assertAlmostEqual(checks[0][l][key], checks[1][l][key], places=5, msg=f"{l} {key}")
             self.assertEqual(checks[0][l]["rows"], checks[1][l]["rows"])
             self.assertTrue(0.0 < checks[0][l]["captured"] <= 1.0 + 1e-6)

@@ -379,12 +379,13 @@ class Attention(nn.Module):
                 # the check of TRAINING_NOTES §1 per row: teacher mass the selection holds, and
                 # how many of the teacher's top entries it holds (random: k / visible)
                 out_s.append(torch.stack([mass.sum(-1), captured, top_in_sel.float(), tval.sum(-1).float(),
-                                          keep.sum(-1).float().expand(B, t1 - t0)], -1))
+                                          keep.sum(-1).float().expand(B, t1 - t0),
+                                          (mass.gather(-1, tidx) * tval).sum(-1)], -1))
             p, support = torch.cat(out_p, 1), torch.cat(out_v, 1)
         ctx.trace["compressed_probs"][l] = p
         ctx.trace.setdefault("kl_support", {})[l] = support
-        # [B, T, 5]: teacher mass on all visible entries, on the selection, teacher top-K entries
-        # in the selection, teacher top-K entries (mass > 0), visible entries
+        # [B, T, 6]: teacher mass on all visible entries, on the selection, teacher top-K entries
+        # in the selection, teacher top-K entries (mass > 0), visible entries, mass on the top K
         ctx.trace.setdefault("kl_teacher_stats", {})[l] = torch.cat(out_s, 1)
         if sparse:
             uidx = torch.cat(out_i, 1)

@@ -415,23 +415,27 @@ def teacher_check(trace, rows, k):
     """TRAINING_NOTES §1's indexer check from a trace with kl_teacher_stats (model.kl_teacher_topk
     > 0), over the rows bool [B, T]: per index layer, the share of the teacher's mass on the
     selection ("captured"), the share of the teacher's top entries in the selection ("recall"),
-    and what a random selection of k entries would hold ("random": mean of min(k, N) / N).
-    -> {layer: {"captured", "recall", "random", "rows"}} (means over rows with teacher mass)."""
+    what a random selection of k entries would hold ("random": mean of min(k, N) / N), and the
+    share the teacher's own top K entries hold ("oracle": the most a selection of K can capture;
+    K = model.kl_teacher_topk, so with K = k it bounds "captured").
+    -> {layer: {"captured", "recall", "random", "oracle", "rows"}} (means over rows with teacher mass)."""
     stats = sorted(trace.get("kl_teacher_stats", {}).items())
     if not stats:
         return {}
     sums = []
-    for _, st in stats:  # per layer: [n, Σ captured, Σ recall, Σ random], one transfer for all
+    for _, st in stats:  # per layer: [n, Σ captured, Σ recall, Σ random, Σ oracle], one transfer for all
         st = st.detach().float()
         use = (rows & (st[..., 0] > 1e-12) & (st[..., 3] > 0)).float()
         vis = st[..., 4].clamp_min(1)
         sums.append(torch.stack([use.sum(), (use * st[..., 1] / st[..., 0].clamp_min(1e-30)).sum(),
                                  (use * st[..., 2] / st[..., 3].clamp_min(1)).sum(),
-                                 (use * vis.clamp_max(k) / vis).sum()]))
+                                 (use * vis.clamp_max(k) / vis).sum(),
+                                 (use * st[..., 5] / st[..., 0].clamp_min(1e-30)).sum()]))
     out = {}
-    for (l, _), (n, cap, rec, rnd) in zip(stats, torch.stack(sums).tolist()):
+    for (l, _), (n, cap, rec, rnd, orc) in zip(stats, torch.stack(sums).tolist()):
         if n > 0:
-            out[l] = {"captured": cap / n, "recall": rec / n, "random": rnd / n, "rows": int(n)}
+            out[l] = {"captured": cap / n, "recall": rec / n, "random": rnd / n, "oracle": orc / n,
+                      "rows": int(n)}
     return out
 
 
