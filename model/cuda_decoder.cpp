@@ -182,6 +182,8 @@ class cuda_backend final : public backend {
   explicit cuda_backend(const engine& e) : e_(e), cpu_(e), trace_(std::getenv("CEDAR_CUDA_TRACE") != nullptr) {
     const char* g = std::getenv("CEDAR_CUDA_GRAPHS");
     graphs_ = !(g && std::string(g) == "0");
+    const char* m = std::getenv("CEDAR_CUDA_MHC_SIDE");
+    mhc_side_ = !(m && std::string(m) == "0");
   }
   ~cuda_backend() override {
     seqs_.clear();
@@ -192,6 +194,9 @@ class cuda_backend final : public backend {
     if (pinned_) cudaFreeHost(pinned_);
     for (cudaEvent_t ev : events_)
       if (ev) cudaEventDestroy(ev);
+    for (cudaEvent_t ev : side_events_)
+      if (ev) cudaEventDestroy(ev);
+    if (side_) cudaStreamDestroy(side_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -250,6 +255,11 @@ class cuda_backend final : public backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   uint64_t graph_launches_ = 0;
   cudaEvent_t events_[2] = {nullptr, nullptr};  // around a step's device work
+  // the mHC sites' mix weights (reduce + Sinkhorn) on a side stream, forked after each site's
+  // kernel and joined before the next reader of pre/post/comb (CEDAR_CUDA_MHC_SIDE=0: in line)
+  bool mhc_side_ = true;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t side_events_[2] = {nullptr, nullptr};  // fork, join
   double last_device_ms_ = -1.0;
 };
 
@@ -389,6 +399,11 @@ status cuda_backend::init() {
   CEDAR_CU(cudaSetDevice(0), "cuda backend: select device 0");
   CEDAR_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend: stream");
   for (cudaEvent_t& ev : events_) CEDAR_CU(cudaEventCreate(&ev), "cuda backend: event");
+  if (mhc_side_) {
+    CEDAR_CU(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cuda backend: side stream");
+    for (cudaEvent_t& ev : side_events_)
+      CEDAR_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda backend: event");
+  }
   const model_config& c = e_.config();
   if (c.hc_mult > kcu::k_hc_max)
     return make_error(errc::mismatch, "cuda backend: hc_mult " + std::to_string(c.hc_mult) + " exceeds " +
@@ -744,9 +759,21 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   // post, comb) from the partials. x is left un-normalised: its RMSNorm (attn_norm / ffn_norm)
   // is applied by the projections that read it (x_norm_w), so no launch writes a normed copy.
   // expand_y: the previous sub-layer's output, expanded into the streams by the same kernel
-  // first (its post/comb are still those of the previous site)
+  // first (its post/comb are still those of the previous site).
+  // With the side stream (mhc_side_), the site's kernel leaves only x_inv (what the sub-layer's
+  // projections read) and the mix weights are reduced from its partials on side_, off the
+  // critical path: nothing reads them before the next site (or hc_expand / the head), which
+  // join_side() first. The partials are next written by the next site's kernel, after the join.
+  bool side_pending = false;
+  auto join_side = [&]() -> status {
+    if (!side_pending) return {};
+    side_pending = false;
+    CEDAR_CU(cudaStreamWaitEvent(stream_, side_events_[1], 0), "cuda backend: join side stream");
+    return {};
+  };
   auto mhc_site = [&](const qmatrix& fn, const float* base, const float* scale, float* new_pre,
                       const float* collapse_pre, const float* expand_y) -> status {
+    CEDAR_TRY(join_side());
     kcu::hc_mix_params mp;
     mp.R = B, mp.hc = hc, mp.d = d, mp.X = X, mp.fn = fn, mp.pre = collapse_pre, mp.partial = partial, mp.v = x;
     if (expand_y) mp.y = expand_y, mp.post = post, mp.comb = comb;
@@ -757,7 +784,17 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     hp.x_inv = xinv, hp.x_cols = d, hp.x_eps = eps;
     hp.base = base, hp.scale = scale, hp.pre = new_pre, hp.post = post, hp.comb = comb;
     mp.done = site_done;
-    return kcu::hc_mix_collapse(mp, stream_);
+    if (!side_) return kcu::hc_mix_collapse(mp, stream_);
+    mp.x_inv_only = true;
+    CEDAR_TRY(kcu::hc_mix_collapse(mp, stream_));
+    CEDAR_CU(cudaEventRecord(side_events_[0], stream_), "cuda backend: fork side stream");
+    CEDAR_CU(cudaStreamWaitEvent(side_, side_events_[0], 0), "cuda backend: fork side stream");
+    kcu::hc_post_params sp = hp;
+    sp.partial = partial, sp.nblk = kcu::hc_mix_blocks(d), sp.ncols = hc * d, sp.x_inv = nullptr;
+    CEDAR_TRY(kcu::hc_post(sp, side_));
+    CEDAR_CU(cudaEventRecord(side_events_[1], side_), "cuda backend: join side stream");
+    side_pending = true;
+    return {};
   };
 
   auto enqueue = [&]() -> status {
@@ -776,6 +813,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       const dev_block& b = blocks_[(size_t)l];
       const attention_weights& ha = e_.block(l).attn;
       if (li.engram && pending_y) {  // Engram reads the streams: the FFN's expand first
+        CEDAR_TRY(join_side());
         CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
         pending_y = nullptr;
       }
@@ -942,6 +980,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       }
       pending_y = y;  // expanded by the next site's kernel (or below, before Engram / the head)
       if (trace_) {  // diagnostics (CEDAR_CUDA_TRACE): row 0's residual streams after each layer
+        CEDAR_TRY(join_side());
         CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
         pending_y = nullptr;
         std::vector<float> hx((size_t)hc * d);
@@ -953,6 +992,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       }
     }
     // ---- head ------------------------------------------------------------------------------
+    CEDAR_TRY(join_side());
     if (pending_y) CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
     CEDAR_TRY(kcu::hc_collapse_norm(X, pre, norm_, x, B, hc, d, eps, stream_));
     CEDAR_TRY(gemv(head_, x, d, lg, V));

@@ -160,6 +160,26 @@ __device__ void post_reduce_row(const hc_post_params& p, int r, float* sm) {
   }
 }
 
+// x_inv of row r alone from the partials, summed in post_reduce_row's order (part t takes
+// blocks t, t + parts, ..., then the parts in order), so both give the same bits. `sm` holds
+// reduce_parts(nv) floats; every thread of the block calls it.
+__device__ void x_inv_reduce_row(const hc_post_params& p, int r, int mix, float* sm) {
+  const int nv = mix + 2, parts = reduce_parts(nv);
+  const float* pr = p.partial + (size_t)r * p.nblk * nv + mix + 1;
+  for (int part = threadIdx.x; part < parts; part += blockDim.x) {
+    float s = 0.0f;
+#pragma unroll 8
+    for (int b = part; b < p.nblk; b += parts) s += __ldcg(pr + (size_t)b * nv);
+    sm[part] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int part = 0; part < parts; ++part) s += sm[part];
+    p.x_inv[r] = rsqrtf(s / (float)p.x_cols + p.x_eps);
+  }
+}
+
 template <int HC>
 __global__ void __launch_bounds__(k_reduce_threads) hc_post_reduce_kernel(hc_post_params p) {
   pdl_entry();
@@ -295,7 +315,8 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
   __syncthreads();
   if (!last) return;
   __threadfence();
-  post_reduce_row<HC>(p.site, r, red);
+  if (p.x_inv_only) x_inv_reduce_row(p.site, r, mix, red);
+  else post_reduce_row<HC>(p.site, r, red);
   if (threadIdx.x == 0) p.done[r] = 0;  // ready for the next site
 }
 
@@ -430,7 +451,13 @@ status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream) {
                                                   " x " + std::to_string(p.hc * p.d));
   size_t smem = sizeof(float) * (size_t)p.hc * (mix + 1);
   hc_mix_params q = p;
-  if (p.done) {  // hc_post fused: its partial form on this launch's partials
+  if (p.done && p.x_inv_only) {  // the last block of each row: x_inv alone
+    hc_post_params& h = q.site;
+    if (h.R != p.R || h.hc != p.hc || !h.x_inv || h.x_cols <= 0)
+      return make_error(errc::invalid_argument, "hc_mix_collapse: x_inv_only needs site R, hc, x_inv and x_cols");
+    h.mixes = nullptr, h.partial = p.partial, h.nblk = hc_mix_blocks(p.d), h.ncols = p.hc * p.d;
+    smem = std::max(smem, sizeof(float) * (size_t)reduce_parts(mix + 2));
+  } else if (p.done) {  // hc_post fused: its partial form on this launch's partials
     hc_post_params& h = q.site;
     if (h.R != p.R || h.hc != p.hc || !h.base || !h.scale || !h.pre || !h.post || !h.comb)
       return make_error(errc::invalid_argument, "hc_mix_collapse: fused hc_post needs R, hc, base, scale, pre, post, comb");

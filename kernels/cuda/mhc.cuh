@@ -66,6 +66,11 @@ struct hc_mix_params {
   // starts. done [R]: zero before the launch, left zero after it.
   hc_post_params site;
   unsigned* done = nullptr;
+  // with `done`: the last block writes site.x_inv alone (the same bits as hc_post's) and leaves
+  // the mix weights to a separate hc_post on this launch's partials, which the decoder runs on a
+  // side stream while the sub-layer's projections (which need only x_inv) go on: the mixes are
+  // read first by the next site, so their Sinkhorn tail leaves the critical path
+  bool x_inv_only = false;
 };
 int hc_mix_blocks(int d);
 size_t hc_mix_partial_floats(int R, int hc, int d);

@@ -335,6 +335,55 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
           same(fX, dX, "streams");
           for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "row counter not reset";
         }
+        // x_inv alone in the launch (its last block), the mixes from a separate hc_post on the
+        // partials on a second stream after an event (as the decoder runs it): the same bits
+        {
+          dev_array<float> fX(X0), fv((size_t)R * d), fpart(cu::hc_mix_partial_floats(R, hc, d)), fpre((size_t)R * hc),
+              fpost(epost), fcomb(ecomb), fxinv((size_t)R);
+          fpre.poison(), fxinv.poison();
+          dev_array<unsigned> done(std::vector<unsigned>((size_t)R, 0u));
+          cu::hc_mix_params fp = mp;
+          fp.X = fX.p, fp.partial = fpart.p, fp.v = fv.p;
+          if (expand) fp.post = fpost.p, fp.comb = fcomb.p;
+          fp.site = p;
+          fp.site.partial = nullptr, fp.site.x_inv = fxinv.p;
+          fp.site.pre = fp.site.post = fp.site.comb = nullptr;  // not needed: the launch writes no mixes
+          fp.done = done.p, fp.x_inv_only = true;
+          cudaStream_t side = nullptr;
+          cudaEvent_t ev = nullptr;
+          ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+          ASSERT_EQ(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
+          st = cu::hc_mix_collapse(fp, nullptr);
+          ASSERT_TRUE(st.ok()) << st.err().message;
+          ASSERT_EQ(cudaEventRecord(ev, nullptr), cudaSuccess);
+          ASSERT_EQ(cudaStreamWaitEvent(side, ev, 0), cudaSuccess);
+          cu::hc_post_params sp = p;
+          sp.partial = fpart.p, sp.pre = fpre.p, sp.post = fpost.p, sp.comb = fcomb.p, sp.x_inv = nullptr;
+          st = cu::hc_post(sp, side);
+          ASSERT_TRUE(st.ok()) << st.err().message;
+          ASSERT_EQ(cudaStreamSynchronize(side), cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          cudaEventDestroy(ev);
+          cudaStreamDestroy(side);
+          auto same = [&](const dev_array<float>& a, const dev_array<float>& b, const char* what) {
+            const auto x = a.download(), y = b.download();
+            ASSERT_EQ(x.size(), y.size());
+            for (size_t i = 0; i < x.size(); ++i)
+              ASSERT_EQ(x[i], y[i]) << "x_inv_only " << what << " hc " << hc << " d " << d << " variant " << variant << " i " << i;
+          };
+          same(fxinv, sxinv, "x_inv");
+          same(fpre, dpre, "pre");
+          same(fpost, dpost, "post");
+          same(fcomb, dcomb, "comb");
+          same(fv, dv, "collapse");
+          same(fX, dX, "streams");
+          for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "row counter not reset";
+          // without x_inv the launch refuses, naming what is missing
+          fp.site.x_inv = nullptr;
+          st = cu::hc_mix_collapse(fp, nullptr);
+          ASSERT_FALSE(st.ok());
+          EXPECT_NE(st.err().message.find("x_inv_only"), std::string::npos) << st.err().message;
+        }
       }
     }
   }
