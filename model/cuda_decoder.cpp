@@ -184,6 +184,8 @@ class cuda_backend final : public backend {
     graphs_ = !(g && std::string(g) == "0");
     const char* m = std::getenv("CEDAR_CUDA_MHC_SIDE");
     mhc_side_ = !(m && std::string(m) == "0");
+    const char* ms = std::getenv("CEDAR_CUDA_MOE_SIDE");
+    moe_side_ = !(ms && std::string(ms) == "0");
   }
   ~cuda_backend() override {
     seqs_.clear();
@@ -196,7 +198,10 @@ class cuda_backend final : public backend {
       if (ev) cudaEventDestroy(ev);
     for (cudaEvent_t ev : side_events_)
       if (ev) cudaEventDestroy(ev);
+    for (cudaEvent_t ev : moe_events_)
+      if (ev) cudaEventDestroy(ev);
     if (side_) cudaStreamDestroy(side_);
+    if (moe_stream_) cudaStreamDestroy(moe_stream_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -260,6 +265,12 @@ class cuda_backend final : public backend {
   bool mhc_side_ = true;
   cudaStream_t side_ = nullptr;
   cudaEvent_t side_events_[2] = {nullptr, nullptr};  // fork, join
+  // the routed experts (route, up, SwiGLU, down) on a second stream while the shared expert's
+  // SwiGLU and down projection run on the main one; joined before the combine adds them
+  // (CEDAR_CUDA_MOE_SIDE=0: in line)
+  bool moe_side_ = true;
+  cudaStream_t moe_stream_ = nullptr;
+  cudaEvent_t moe_events_[2] = {nullptr, nullptr};  // fork, join
   double last_device_ms_ = -1.0;
 };
 
@@ -402,6 +413,11 @@ status cuda_backend::init() {
   if (mhc_side_) {
     CEDAR_CU(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cuda backend: side stream");
     for (cudaEvent_t& ev : side_events_)
+      CEDAR_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda backend: event");
+  }
+  if (moe_side_) {
+    CEDAR_CU(cudaStreamCreateWithFlags(&moe_stream_, cudaStreamNonBlocking), "cuda backend: expert stream");
+    for (cudaEvent_t& ev : moe_events_)
       CEDAR_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda backend: event");
   }
   const model_config& c = e_.config();
@@ -962,22 +978,35 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E, b.ffn_norm, xinv);
         if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
+      // the routed experts on moe_stream_ (their own buffers: gate logits in, ye out) while
+      // the shared expert runs here; the combine, which adds ye into y, waits for both
+      const bool routed = E > 0 && KE > 0;
+      const bool fork = routed && moe_stream_ && !b.shared.w1.empty();
+      cudaStream_t es = fork ? moe_stream_ : stream_;
+      if (fork) {
+        CEDAR_CU(cudaEventRecord(moe_events_[0], stream_), "cuda backend: fork expert stream");
+        CEDAR_CU(cudaStreamWaitEvent(moe_stream_, moe_events_[0], 0), "cuda backend: fork expert stream");
+      }
+      if (routed) {
+        kcu::moe_route_params rp;
+        rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
+        rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
+        CEDAR_TRY(kcu::moe_route(rp, es));
+        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv));
+        CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
+        CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
+      }
       if (!b.shared.w1.empty()) {
         CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
         CEDAR_TRY(gemv(b.shared.w2, act, F, y, d));
       } else {
         CEDAR_CU(cudaMemsetAsync(y, 0, sizeof(float) * (size_t)B * d, stream_), "cuda backend: memset");
       }
-      if (E > 0 && KE > 0) {
-        kcu::moe_route_params rp;
-        rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
-        rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
-        CEDAR_TRY(kcu::moe_route(rp, stream_));
-        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, stream_, b.ffn_norm, eps, xinv));
-        CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, stream_));
-        CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, stream_));
-        CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
+      if (fork) {
+        CEDAR_CU(cudaEventRecord(moe_events_[1], moe_stream_), "cuda backend: join expert stream");
+        CEDAR_CU(cudaStreamWaitEvent(stream_, moe_events_[1], 0), "cuda backend: join expert stream");
       }
+      if (routed) CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
       pending_y = y;  // expanded by the next site's kernel (or below, before Engram / the head)
       if (trace_) {  // diagnostics (CEDAR_CUDA_TRACE): row 0's residual streams after each layer
         CEDAR_TRY(join_side());
