@@ -11,6 +11,11 @@ global KV and indexer query/keys, the candidate pool) and each index layer:
   random     what k entries drawn at random would hold: mean of min(k, N) / N over the rows
   oracle     share the teacher's own top --teacher-topk entries hold: the most any selection of
              that many entries can capture (with the default, k, it bounds 'captured')
+  pool       on a Reindex layer (restricted to the candidate pool of the pool's source layer):
+             the share of its attention over EVERY visible entry, the restriction lifted, that
+             lies in the pool. The teacher sees only the pool, so 'captured' cannot show a line
+             the pool misses; a low 'pool' says the pool, not the layer's indexer, loses it
+             (1 on layers without a pool)
 
 A selection that finds what the attention wants has captured and recall near 1; a low figure on a
 layer says its indexer misses entries its attention would weigh (on recall samples at ~8K tokens,
@@ -72,6 +77,7 @@ def main(argv=None) -> int:
     base = {"index_topk": cfg.index_topk, "candidate_topk_blocks": cfg.candidate_topk_blocks}
     TC.apply_stage(m, "C", base)  # sparse path, FP4 KV + indexer, candidate pool: what serving runs
     m.kl_teacher_topk = a.teacher_topk or cfg.index_topk
+    m.pool_check = True
     samples, totals = [], {}
     for i in range(a.n):
         t0 = time.time()
@@ -86,8 +92,8 @@ def main(argv=None) -> int:
         chk = TC.teacher_check(trace, rows, cfg.index_topk)
         samples.append({"index": i, "tokens": len(ids), "layers": {str(l): c for l, c in chk.items()}})
         for l, c in chk.items():
-            t = totals.setdefault(l, {"captured": 0.0, "recall": 0.0, "random": 0.0, "oracle": 0.0, "rows": 0})
-            for key in ("captured", "recall", "random", "oracle"):
+            t = totals.setdefault(l, {"captured": 0.0, "recall": 0.0, "random": 0.0, "oracle": 0.0, "pool": 0.0, "rows": 0})
+            for key in ("captured", "recall", "random", "oracle", "pool"):
                 t[key] += c[key] * c["rows"]
             t["rows"] += c["rows"]
         print(f"indexer_check: [{i + 1}/{a.n}] {a.family} sample {i}: {len(ids)} tokens, "
@@ -97,7 +103,8 @@ def main(argv=None) -> int:
     for l, t in sorted(totals.items()):
         n = max(t["rows"], 1)
         layers[str(l)] = {"mode": cfg.layer_mode(l), "captured": t["captured"] / n, "recall": t["recall"] / n,
-                          "random": t["random"] / n, "oracle": t["oracle"] / n, "rows": t["rows"]}
+                          "random": t["random"] / n, "oracle": t["oracle"] / n, "pool": t["pool"] / n,
+                          "rows": t["rows"]}
     out = {"model": a.model, "family": a.family, "split": a.split, "seed": a.seed,
            "recall_chars": a.recall_chars, "index_topk": cfg.index_topk, "teacher_topk": m.kl_teacher_topk,
            "layers": layers, "samples": samples}
@@ -106,10 +113,10 @@ def main(argv=None) -> int:
         return 0
     print(f"{a.n} {a.split} {a.family} samples, rows predicting assistant tokens; selection k = "
           f"{cfg.index_topk}, teacher top {m.kl_teacher_topk}")
-    print(f"{'layer':>5} {'mode':>8} {'captured':>9} {'oracle':>7} {'recall':>7} {'random':>7} {'rows':>6}")
+    print(f"{'layer':>5} {'mode':>8} {'captured':>9} {'oracle':>7} {'recall':>7} {'random':>7} {'pool':>6} {'rows':>6}")
     for l, c in layers.items():
         print(f"{l:>5} {c['mode']:>8} {c['captured']:9.3f} {c['oracle']:7.3f} {c['recall']:7.3f} "
-              f"{c['random']:7.3f} {c['rows']:6d}")
+              f"{c['random']:7.3f} {c['pool']:6.3f} {c['rows']:6d}")
     return 0
 
 

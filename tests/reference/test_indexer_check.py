@@ -27,8 +27,10 @@ class IndexerCheckTest(unittest.TestCase):
         self.assertEqual(res["teacher_topk"], cfg.index_topk)
         for l, c in res["layers"].items():
             self.assertGreater(c["rows"], 0, l)
-            for key in ("captured", "recall", "random", "oracle"):
+            for key in ("captured", "recall", "random", "oracle", "pool"):
                 self.assertTrue(0.0 <= c[key] <= 1.0 + 1e-6, (l, key, c[key]))
+            if c["mode"] != "reindex":  # no candidate pool: every visible entry is in it
+                self.assertEqual(c["pool"], 1.0, l)
             # teacher top-k = k: no selection of k entries holds more than the teacher's own top k
             self.assertLessEqual(c["captured"], c["oracle"] + 1e-5, l)
             # a trained indexer holds more of what the attention wants than k random entries

@@ -215,6 +215,25 @@ class TrainTest(unittest.TestCase):
             self.assertTrue(0.0 < checks[0][l]["captured"] <= 1.0 + 1e-6)
             self.assertTrue(0.0 <= checks[0][l]["random"] <= 1.0)
         self.assertTrue(any(c["captured"] < 0.999 for c in checks[0].values()))
+        # the pool's share of the unrestricted attention (pool_check; stage C, the first with a
+        # candidate pool): 1 on layers without a pool; on the Reindex layers within [0, 1] and
+        # below 1 somewhere (a pool of a few blocks at 40 tokens); the same on both paths;
+        # without pool_check not reported there
+        self.assertLess(base["candidate_topk_blocks"] * m.cfg.candidate_block_size, 40)
+        checks = [TC.teacher_check(run("C", False, 3)[2], valid, k)]
+        m.pool_check = True
+        pools = [TC.teacher_check(run("C", sparse, 3)[2], valid, k) for sparse in (False, True)]
+        m.pool_check = False
+        reindex = [l for l in pools[0] if m.cfg.layer_mode(l) == "reindex"]
+        self.assertTrue(reindex)
+        for l, c in pools[0].items():
+            if l in reindex:
+                self.assertTrue(0.0 <= c["pool"] <= 1.0 + 1e-6, (l, c["pool"]))
+                self.assertNotIn("pool", checks[0][l])
+            else:
+                self.assertEqual(c["pool"], 1.0, l)
+            self.assertAlmostEqual(c["pool"], pools[1][l]["pool"], places=5, msg=f"{l} pool")
+        self.assertTrue(any(pools[0][l]["pool"] < 0.999 for l in reindex))
 
         # one train_step from the same weights with and without the teacher: the backbone takes
         # the same update (the teacher only changes the KL, which reaches only the indexer)

@@ -341,6 +341,7 @@ class Attention(nn.Module):
         lens = (ctx.positions.long() + 1) // self.ratio
         visible = torch.arange(E, device=qf.device)[None, :] < lens[:, None]    # [T, E]
         cand = ctx.shared.get("candidates") if self.indexer.uses_candidates else None
+        pool_check = cand is not None and ctx.model.pool_check
         sparse = ctx.shared.get("topk_idx") is not None and ctx.model.sparse_train
         neg = float("-inf")
         with torch.no_grad():
@@ -352,6 +353,15 @@ class Attention(nn.Module):
                 t1 = min(T, t0 + step)
                 s = torch.einsum("bthd,bed->bhte", qf[:, t0:t1], kv) * D ** -0.5
                 keep = visible[None, t0:t1] if cand is None else visible[None, t0:t1] & cand[:, t0:t1]
+                pool = torch.full((B, t1 - t0), -1.0, device=qf.device)  # -1: not measured
+                if cand is None:
+                    pool.fill_(1.0)  # no pool: every visible entry is a candidate
+                elif pool_check:  # the same softmax with the pool restriction lifted
+                    sa = s.masked_fill(~visible[None, None, t0:t1], neg)
+                    da = torch.logsumexp(torch.stack([lse_win[:, :, t0:t1], torch.logsumexp(sa, -1),
+                                                      sink[..., 0].expand(B, H, t1 - t0)], -1), -1)
+                    ma = torch.exp(sa - da[..., None]).sum(1)                  # [B, tc, E]
+                    pool = (ma * cand[:, t0:t1]).sum(-1) / ma.sum(-1).clamp_min(1e-30)
                 s = s.masked_fill(~keep[:, None], neg)
                 den = torch.logsumexp(torch.stack([lse_win[:, :, t0:t1], torch.logsumexp(s, -1),
                                                    sink[..., 0].expand(B, H, t1 - t0)], -1), -1)
@@ -380,12 +390,13 @@ class Attention(nn.Module):
                 # how many of the teacher's top entries it holds (random: k / visible)
                 out_s.append(torch.stack([mass.sum(-1), captured, top_in_sel.float(), tval.sum(-1).float(),
                                           keep.sum(-1).float().expand(B, t1 - t0),
-                                          (mass.gather(-1, tidx) * tval).sum(-1)], -1))
+                                          (mass.gather(-1, tidx) * tval).sum(-1), pool], -1))
             p, support = torch.cat(out_p, 1), torch.cat(out_v, 1)
         ctx.trace["compressed_probs"][l] = p
         ctx.trace.setdefault("kl_support", {})[l] = support
-        # [B, T, 6]: teacher mass on all visible entries, on the selection, teacher top-K entries
-        # in the selection, teacher top-K entries (mass > 0), visible entries, mass on the top K
+        # [B, T, 7]: teacher mass on all visible entries, on the selection, teacher top-K entries
+        # in the selection, teacher top-K entries (mass > 0), visible entries, mass on the top K,
+        # the pool's share of the unrestricted attention (1: no pool; -1: not measured)
         ctx.trace.setdefault("kl_teacher_stats", {})[l] = torch.cat(out_s, 1)
         if sparse:
             uidx = torch.cat(out_i, 1)
@@ -697,6 +708,8 @@ class DeepseekV41(nn.Module):
         self.quant = quant or QuantFlags()
         self.sparse_train = False  # the trainer's fast path (see the module docstring)
         self.kl_teacher_topk = 0   # > 0: indexer-KL teacher over all visible entries (Attention._kl_teacher)
+        self.pool_check = False    # with the teacher: also the pool's share of a Reindex layer's
+        #                            attention over every visible entry, pool or not (diagnostics)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList([Block(cfg, i) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

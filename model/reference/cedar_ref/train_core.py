@@ -417,25 +417,32 @@ def teacher_check(trace, rows, k):
     selection ("captured"), the share of the teacher's top entries in the selection ("recall"),
     what a random selection of k entries would hold ("random": mean of min(k, N) / N), and the
     share the teacher's own top K entries hold ("oracle": the most a selection of K can capture;
-    K = model.kl_teacher_topk, so with K = k it bounds "captured").
-    -> {layer: {"captured", "recall", "random", "oracle", "rows"}} (means over rows with teacher mass)."""
+    K = model.kl_teacher_topk, so with K = k it bounds "captured"); with model.pool_check, on a
+    layer restricted to the candidate pool, "pool": the share of its attention over EVERY visible
+    entry (the restriction lifted) that lies in the pool — the teacher sees only the pool, so a
+    line the pool misses is invisible to it and to "captured" (1.0 on layers without a pool).
+    -> {layer: {"captured", "recall", "random", "oracle", "rows"[, "pool"]}} (means over rows
+    with teacher mass)."""
     stats = sorted(trace.get("kl_teacher_stats", {}).items())
     if not stats:
         return {}
     sums = []
-    for _, st in stats:  # per layer: [n, Σ captured, Σ recall, Σ random, Σ oracle], one transfer for all
+    for _, st in stats:  # per layer: [n, Σ captured, Σ recall, Σ random, Σ oracle, Σ pool, n pool]
         st = st.detach().float()
         use = (rows & (st[..., 0] > 1e-12) & (st[..., 3] > 0)).float()
         vis = st[..., 4].clamp_min(1)
         sums.append(torch.stack([use.sum(), (use * st[..., 1] / st[..., 0].clamp_min(1e-30)).sum(),
                                  (use * st[..., 2] / st[..., 3].clamp_min(1)).sum(),
                                  (use * vis.clamp_max(k) / vis).sum(),
-                                 (use * st[..., 5] / st[..., 0].clamp_min(1e-30)).sum()]))
+                                 (use * st[..., 5] / st[..., 0].clamp_min(1e-30)).sum(),
+                                 (use * st[..., 6].clamp_min(0)).sum(), (use * (st[..., 6] >= 0)).sum()]))
     out = {}
-    for (l, _), (n, cap, rec, rnd, orc) in zip(stats, torch.stack(sums).tolist()):
+    for (l, _), (n, cap, rec, rnd, orc, pool, npool) in zip(stats, torch.stack(sums).tolist()):
         if n > 0:
             out[l] = {"captured": cap / n, "recall": rec / n, "random": rnd / n, "oracle": orc / n,
                       "rows": int(n)}
+            if npool > 0:
+                out[l]["pool"] = pool / npool
     return out
 
 
