@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
@@ -302,6 +303,22 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
             for (int k = 0; k < hc; ++k) want += (double)pre_prev[(size_t)r * hc + k] * X[((size_t)r * hc + k) * d + i];
             ASSERT_NEAR(v[(size_t)r * d + i], want, 1e-5 * (std::fabs(want) + 1)) << "collapse hc " << hc << " d " << d;
           }
+        // another form's outputs against the two launches above: bit for bit, counters reset
+        auto same_site = [&](const char* form, const dev_array<float>& fpre, const dev_array<float>& fpost,
+                             const dev_array<float>& fcomb, const dev_array<float>& fxinv, const dev_array<float>& fv,
+                             const dev_array<float>& fX, const dev_array<unsigned>& done) {
+          const std::pair<const dev_array<float>*, const dev_array<float>*> pairs[] = {
+              {&fpre, &dpre}, {&fpost, &dpost}, {&fcomb, &dcomb}, {&fxinv, &sxinv}, {&fv, &dv}, {&fX, &dX}};
+          const char* names[] = {"pre", "post", "comb", "x_inv", "collapse", "streams"};
+          for (int j = 0; j < 6; ++j) {
+            const auto x = pairs[j].first->download(), y = pairs[j].second->download();
+            ASSERT_EQ(x.size(), y.size());
+            for (size_t i = 0; i < x.size(); ++i)
+              ASSERT_EQ(x[i], y[i]) << form << " " << names[j] << " hc " << hc << " d " << d << " variant " << variant
+                                    << " i " << i;
+          }
+          for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << form << ": row counter not reset";
+        };
         // hc_post fused into the launch (the last block of each row reduces), its outputs in the
         // buffers the expand reads (as the decoder runs it): the same bits as the two launches;
         // launched twice (the row counters are left at zero for the next site)
@@ -321,19 +338,7 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
             ASSERT_TRUE(st.ok()) << st.err().message;
           }
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          auto same = [&](const dev_array<float>& a, const dev_array<float>& b, const char* what) {
-            const auto x = a.download(), y = b.download();
-            ASSERT_EQ(x.size(), y.size());
-            for (size_t i = 0; i < x.size(); ++i)
-              ASSERT_EQ(x[i], y[i]) << "fused " << what << " hc " << hc << " d " << d << " variant " << variant << " i " << i;
-          };
-          same(fpre, dpre, "pre");
-          same(fpost, dpost, "post");
-          same(fcomb, dcomb, "comb");
-          same(fxinv, sxinv, "x_inv");
-          same(fv, dv, "collapse");
-          same(fX, dX, "streams");
-          for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "row counter not reset";
+          same_site("fused", fpre, fpost, fcomb, fxinv, fv, fX, done);
         }
         // x_inv alone in the launch (its last block), the mixes from a separate hc_post on the
         // partials on a second stream after an event (as the decoder runs it): the same bits
@@ -365,19 +370,7 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           cudaEventDestroy(ev);
           cudaStreamDestroy(side);
-          auto same = [&](const dev_array<float>& a, const dev_array<float>& b, const char* what) {
-            const auto x = a.download(), y = b.download();
-            ASSERT_EQ(x.size(), y.size());
-            for (size_t i = 0; i < x.size(); ++i)
-              ASSERT_EQ(x[i], y[i]) << "x_inv_only " << what << " hc " << hc << " d " << d << " variant " << variant << " i " << i;
-          };
-          same(fxinv, sxinv, "x_inv");
-          same(fpre, dpre, "pre");
-          same(fpost, dpost, "post");
-          same(fcomb, dcomb, "comb");
-          same(fv, dv, "collapse");
-          same(fX, dX, "streams");
-          for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "row counter not reset";
+          same_site("x_inv_only", fpre, fpost, fcomb, fxinv, fv, fX, done);
           // without x_inv the launch refuses, naming what is missing
           fp.site.x_inv = nullptr;
           st = cu::hc_mix_collapse(fp, nullptr);
