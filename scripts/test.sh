@@ -27,11 +27,12 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900
 #   agent turns (and cedar_soak is not built here).
 # - asan_slow: runtime tests that are long model generations, 20-45x slower under ASan (seconds
 #   release -> ASan on a loaded 2-core machine: EvalEndToEnd.CiSet* 37 -> 815, SixtyFour* 5 -> 97,
-#   ReplayVersusExact* 2 -> 88); the code they run is run by shorter tests of the
+#   ReplayVersusExact* 2 -> 88; ShippedModelRecalls*: a 10K-token session); the code they run is run by shorter tests of the
 #   same suites (concurrent agents: ServeApi.ConcurrentRequestsAllComplete; bounded replay:
 #   Resume.*, Runtime.RestartResumes*; the eval runner: EvalEndToEnd.ResumePolicies*).
 asan_slow='Runtime\.SixtyFourConcurrentAgentsShareOneExecutor|Resume\.ReplayVersusExactNext64Tokens'
 asan_slow+='|EvalEndToEnd\.CiSetRunsThroughTheRuntimeWithBoundedReplay'
+asan_slow+='|EvalEndToEnd\.ShippedModelRecallsAValueEightThousandTokensBack'
 CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DCEDAR_FUZZ=ON \
   -DCEDAR_CUDA=OFF -DCEDAR_BUILD_BENCH=OFF >/dev/null
 asan_targets=(test_kernels test_model test_sessions test_tools_mcp mcp_conformance_client test_runtime)

@@ -318,6 +318,29 @@ TEST(EvalEndToEnd, CiSetRunsThroughTheRuntimeWithBoundedReplay) {
   EXPECT_EQ(j["resume"], "replay");
 }
 
+// Recall through the global KV ~8K tokens back, on the shipped model and config with
+// `cedar eval`'s defaults (8 rounds, 256 tokens per reply): the task's session grows past 10K
+// tokens, so the decoder's Reindex layers choose among the candidate pool of layer 6's index
+// blocks. With the pool of sessions 9-26 (128 blocks of 16 entries, a fifth of this context)
+// the model missed this value; with the official pool size (1024 blocks) it finds it.
+TEST(EvalEndToEnd, ShippedModelRecallsAValueEightThousandTokensBack) {
+  auto tasks = load_eval_tasks(src("tests/eval/recall8k.jsonl"));
+  ASSERT_TRUE(tasks.ok()) << tasks.err().message;
+  const eval_task* t = nullptr;
+  for (const auto& x : *tasks)
+    if (x.id == "recall-9-d33384") t = &x;
+  ASSERT_NE(t, nullptr);
+  eval_settings s = settings(resume_policy::replay);
+  s.max_rounds = eval_settings{}.max_rounds;
+  s.max_new_tokens = eval_settings{}.max_new_tokens;
+  ASSERT_GE(shipped().eng->config().candidate_topk_blocks, 1024);
+  const eval_outcome o = run_eval_task(*t, s);
+  check_outcome(*t, o, s.resume);
+  EXPECT_GT(o.context, 8192);
+  EXPECT_TRUE(o.ok) << "answer: " << o.answer;
+  EXPECT_EQ(o.invalid_tool_calls, 0);
+}
+
 // The same task under the other policies and with unquantised KV: the resume paths
 // follow the policy.
 TEST(EvalEndToEnd, ResumePoliciesAndUnquantisedKv) {
