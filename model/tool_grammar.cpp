@@ -135,6 +135,13 @@ bool tool_grammar::viable(std::string_view text, bool at_end) const {
   while (true) {
     if (state == st::content) {
       const size_t p = text.find(k_dsml, i);
+      if (tools_.empty()) {  // no tools: no block, nor the start of a marker at the end
+        if (p != std::string_view::npos) return false;
+        if (text.find_first_not_of(" \t\r\n") == std::string_view::npos && !text.empty()) return false;
+        for (size_t k = std::min(text.size(), k_dsml.size() - 1); k > 0; --k)
+          if (text.substr(text.size() - k) == k_dsml.substr(0, k)) return false;
+        return true;
+      }
       if (p == std::string_view::npos) return true;  // content (a partial marker at the end is content too)
       i = p + k_dsml.size();
       switch (lit(text, i, k_calls_rest)) {

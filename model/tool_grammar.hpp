@@ -15,7 +15,11 @@
 //     one, either when the schema does not say) or `</｜DSML｜ invoke>`, and the latter only once
 //     every required property was given;
 //   - a string="false" value must be JSON of the property's type when its closing tag completes;
-//   - the reply may end (EOS / a stop token) only outside a block.
+//   - the reply may end (EOS / a stop token) only outside a block;
+//   - with no tools (spec "[]") no block at all, the text may not end inside the start of a
+//     marker ("<", "<｜", ...) and may not start with whitespace (the "\n\n" that opens a block
+//     after no text): the reply is plain content. This is the agent's final reply after a limit
+//     (runtime/agent_loop.hpp answer_on_limit): a model that wanted to call a tool writes words.
 // Tools whose schema lists no `properties` accept any parameter name. The rules are a subset of
 // what dsml_parser accepts, so a reply that passes them parses into calls that pass
 // tools::schema_validate for the common schemas (types, required; not enums, ranges, patterns).

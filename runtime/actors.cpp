@@ -584,6 +584,12 @@ struct tool_job {
 void run_tools(agent_ptr self) {
   auto& s = self->state;
   for (const tool_call& call : s.calls) {
+    if (call.refused) {  // a limit stopped it (agent_limits::answer_on_limit): answered, never run
+      note(self, "tool_result", njson{{"id", call.id}, {"name", call.name}, {"text", call.error}, {"is_error", true},
+                                      {"ms", 0}, {"refused", true}});
+      s.results[call.id] = {call.id, call.error, true, 0};
+      continue;
+    }
     s.sum.tool_calls++;
     if (!valid_call(*s.reg, call)) s.sum.invalid_tool_calls++;
     if (s.events)
@@ -660,7 +666,8 @@ void on_generation(agent_ptr self, gen_done& d) {
   s.round_items.clear();
   njson calls = njson::array();
   for (const tool_call& tc : act.calls) calls.push_back({{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json}});
-  // Why the turn ended here without an answer, and the calls that were not run (dashboard).
+  // The limit this reply reached and the calls it stopped (dashboard). With answer_on_limit the
+  // calls are answered "not run" and one more reply, without tools, ends the turn.
   njson refused = njson::array();
   for (const tool_call& tc : act.refused) refused.push_back({{"name", tc.name}, {"arguments", tc.arguments_json}});
   const char* turn_end = act.round_limit ? "round_limit" : act.repeat_limit ? "repeat_limit" : "";
@@ -675,7 +682,7 @@ void on_generation(agent_ptr self, gen_done& d) {
                               end - uint64_t(d.generated.size()), end));
   for (const tool_call& tc : act.calls)
     c.items.push_back(make_item("tool_call", njson{{"id", tc.id}, {"name", tc.name}, {"arguments", tc.arguments_json},
-                                                   {"error", tc.error}}));
+                                                   {"error", tc.error}, {"refused", tc.refused}}));
   c.first_token = d.first_token;
   c.tokens = std::move(d.tokens);
   c.sources = std::move(d.sources);
@@ -720,7 +727,9 @@ void generate(agent_ptr self, std::vector<int32_t> tokens) {
   req.min_new_tokens = s.cfg.limits.min_new_tokens;
   req.stop_ids = {s.eos};
   req.fresh = s.fresh;
-  req.tool_grammar = s.grammar;
+  // The final reply after a limit (agent_limits::answer_on_limit) may not call tools: the grammar
+  // of no tools forbids a DSML block, with or without constrain_tool_calls.
+  req.tool_grammar = s.loop->calls_allowed() ? s.grammar : model::tool_grammar_spec({});
   s.gen_t0 = std::chrono::steady_clock::now();
   s.gen_ttft_ms = -1;
   self->request(s.exec, caf::infinite, generate_atom::value, std::move(req), caf::actor_cast<caf::actor>(self))
@@ -792,7 +801,8 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
     schemas.push_back(tool_schema_json(*t));
     offered.emplace_back(t->name, cedar::tools::json_dump(t->input_schema));
   }
-  if (cfg.constrain_tool_calls) s.grammar = model::tool_grammar_spec(offered);
+  // (No tools offered: nothing to constrain; the grammar of no tools is the final reply's.)
+  if (cfg.constrain_tool_calls && !offered.empty()) s.grammar = model::tool_grammar_spec(offered);
   s.loop = std::make_unique<agent_loop>(*tok, cfg.system_prompt, schemas, names, cfg.limits);
   if (!history.empty()) {
     s.fresh = false;

@@ -60,6 +60,7 @@ result<std::vector<int32_t>> agent_loop::begin_turn(const std::string& user_text
   msgs_ = std::move(next);
   round_ = 0;
   failed_.clear();
+  final_pass_ = false;
   phase_ = agent_phase::generating;
   parser_.emplace(false);
   dec_ = model::stream_decoder(tok_);
@@ -126,6 +127,26 @@ reply_action agent_loop::end_reply(bool stopped) {
       auto it = failed_.find(failure_key(c));
       if (it != failed_.end() && it->second >= limits_.max_repeated_failures) act.repeat_limit = true;
     }
+  // The final reply after a limit never runs a call (an unconstrained model may still write one).
+  if (final_pass_ && !act.calls.empty()) (final_by_round_ ? act.round_limit : act.repeat_limit) = true;
+  if ((act.round_limit || act.repeat_limit) && limits_.answer_on_limit && !final_pass_) {
+    // The calls stay in the transcript with "not run" results; the next reply is the last.
+    const std::string why =
+        act.round_limit ? "not run: this turn reached its limit of " + std::to_string(limits_.max_tool_rounds) +
+                              " tool rounds; answer with what you have"
+                        : "not run: this call already failed " + std::to_string(limits_.max_repeated_failures) +
+                              " times; answer with what you have";
+    for (tool_call& c : act.calls) {
+      c.refused = true;
+      if (c.error.empty()) c.error = why;
+    }
+    act.refused = act.calls;
+    final_pass_ = true;
+    final_by_round_ = act.round_limit;
+    phase_ = agent_phase::running_tools;
+    pending_ = act.calls;
+    return act;
+  }
   if (act.round_limit || act.repeat_limit) {
     act.refused = std::move(act.calls);
     act.calls.clear();
@@ -190,6 +211,7 @@ void agent_loop::cancel() {
     // The cancelled results are rendered with the next user turn's delta.
   }
   phase_ = agent_phase::idle;
+  final_pass_ = false;
 }
 
 status agent_loop::restore(std::vector<model::chat_message> msgs, bool last_reply_stopped) {
@@ -220,6 +242,7 @@ status agent_loop::restore(std::vector<model::chat_message> msgs, bool last_repl
   rendered_ = std::move(*t);
   last_stopped_ = last_reply_stopped;
   phase_ = agent_phase::idle;
+  final_pass_ = false;
   for (const auto& m : msgs_)
     for (const auto& c : m.tool_calls) {
       auto pos = c.id.rfind('_');

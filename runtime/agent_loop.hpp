@@ -43,6 +43,10 @@ struct agent_limits {
   // A call (same tool, same arguments text) that already failed this many times in the turn ends
   // the turn when the model makes it again, instead of running it a futile time more; 0: no limit.
   int max_repeated_failures = 2;
+  // When a limit stops a reply's calls: true, the calls get "not run" error results and the model
+  // writes one more reply with tool calls forbidden (the turn ends with an answer; LangChain's
+  // early_stopping_method "generate"); false, the turn ends at that reply.
+  bool answer_on_limit = true;
 };
 
 // A call the model made, ready to run (or already failed: `error` set, never run).
@@ -51,6 +55,7 @@ struct tool_call {
   std::string name;
   std::string arguments_json;
   std::string error;  // malformed call / unknown tool: becomes the call's error result
+  bool refused = false;  // a limit stopped it (answer_on_limit): `error` says why; never run
 };
 
 struct tool_outcome {
@@ -67,7 +72,10 @@ struct reply_action {
   std::vector<std::string> parse_errors;
   bool round_limit = false;      // calls were made but the round limit was reached
   bool repeat_limit = false;     // a call repeated one that already failed max_repeated_failures times
-  std::vector<tool_call> refused;  // the reply's calls a limit stopped: not run, not in messages()
+  // The reply's calls a limit stopped, never run. answer_on_limit: they are also in `calls`
+  // (refused, `error` the "not run" result) and the next reply is the final one; else they are not
+  // in messages() and the turn is over.
+  std::vector<tool_call> refused;
 };
 
 class agent_loop {
@@ -80,6 +88,8 @@ class agent_loop {
   agent_phase phase() const { return phase_; }
   const std::vector<model::chat_message>& messages() const { return msgs_; }
   int round() const { return round_; }
+  // False for the final reply after a limit (answer_on_limit): its generation must not call tools.
+  bool calls_allowed() const { return !final_pass_; }
 
   // Starts a user turn: the tokens to prefill (BOS + system on the first turn).
   result<std::vector<int32_t>> begin_turn(const std::string& user_text);
@@ -113,6 +123,8 @@ class agent_loop {
   int round_ = 0;
   int call_counter_ = 0;
   bool last_stopped_ = true;      // the previous reply ended with EOS (else EOS is owed)
+  bool final_pass_ = false;       // a limit was reached this turn: the reply being made is the last
+  bool final_by_round_ = false;   // ... the round limit (else the repeat guard)
   model::stream_decoder dec_;
   std::optional<model::dsml_parser> parser_;
   std::string raw_reply_;

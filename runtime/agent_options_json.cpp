@@ -19,6 +19,7 @@ std::string agent_options_to_json(const agent_options& o) {
                {"min_new_tokens", o.min_new_tokens},
                {"max_tool_rounds", o.max_tool_rounds},
                {"max_repeated_failures", o.max_repeated_failures},
+               {"answer_on_limit", o.answer_on_limit},
                {"tool_timeout_ms", o.tool_timeout_ms},
                {"constrain_tool_calls", o.constrain_tool_calls}}
       .dump();
@@ -71,9 +72,11 @@ result<agent_options> agent_options_from_json(std::string_view json, const agent
   CEDAR_TRY(integer("max_tool_rounds", o.max_tool_rounds));
   CEDAR_TRY(integer("max_repeated_failures", o.max_repeated_failures));
   CEDAR_TRY(integer("tool_timeout_ms", o.tool_timeout_ms));
-  if (j.contains("constrain_tool_calls")) {
-    if (!j["constrain_tool_calls"].is_boolean()) return bad("constrain_tool_calls", "true or false");
-    o.constrain_tool_calls = j["constrain_tool_calls"].get<bool>();
+  for (auto [key, out] : {std::pair<const char*, bool*>{"constrain_tool_calls", &o.constrain_tool_calls},
+                          std::pair<const char*, bool*>{"answer_on_limit", &o.answer_on_limit}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) return bad(key, "true or false");
+    *out = j[key].get<bool>();
   }
   return o;
 }

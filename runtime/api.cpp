@@ -194,6 +194,7 @@ static agent_config to_config(const agent_options& o, std::shared_ptr<observer> 
   c.limits.min_new_tokens = o.min_new_tokens;
   c.limits.max_tool_rounds = o.max_tool_rounds;
   c.limits.max_repeated_failures = o.max_repeated_failures;
+  c.limits.answer_on_limit = o.answer_on_limit;
   c.tool_timeout_ms = o.tool_timeout_ms;
   c.constrain_tool_calls = o.constrain_tool_calls;
   return c;

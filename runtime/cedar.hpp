@@ -90,6 +90,11 @@ struct agent_options {
   // A call (same tool, same arguments) that already failed this many times in one ask() ends the
   // turn (turn_result::repeat_limit) when the model makes it again; 0: no limit.
   int max_repeated_failures = 2;
+  // When one of those limits stops a reply's calls: true (default), the calls are answered "not
+  // run: ..." and the model writes one more reply with tool calls forbidden, so the turn ends with
+  // an answer (LangChain's early_stopping_method "generate"); false, the turn ends at that reply.
+  // turn_result::round_limit / repeat_limit say which limit was reached either way.
+  bool answer_on_limit = true;
   int tool_timeout_ms = 30000;
   // Constrained decoding of tool calls: only offered tool names, their schemas' parameter names
   // and string/JSON forms, required parameters before a call closes (model/tool_grammar.hpp).

@@ -53,7 +53,7 @@ void add_common(CLI::App* c, agent_args& a) {
   c->add_option("--store", a.store, "session store (SQLite); default: the user's data directory");
   c->add_option("--agent", a.agent_file,
                 "agent JSON: {name, system_prompt, tools, temperature, top_p, min_p, seed, max_new_tokens, min_new_tokens, "
-                "max_tool_rounds, max_repeated_failures, tool_timeout_ms, constrain_tool_calls}");
+                "max_tool_rounds, max_repeated_failures, answer_on_limit, tool_timeout_ms, constrain_tool_calls}");
   c->add_option("--mcp-config", a.mcp_config, "mcpServers JSON: their tools join as <server>__<tool>");
   c->add_option("--files-root", a.files_root, "directory file_read/file_list may read")->capture_default_str();
   c->add_option("--session", a.session, "continue this stored session instead of starting a new one");

@@ -163,6 +163,7 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   ao.max_new_tokens = s.max_new_tokens;
   ao.max_tool_rounds = s.max_rounds;
   ao.max_repeated_failures = s.max_repeated_failures;
+  ao.answer_on_limit = s.answer_on_limit;
   ao.constrain_tool_calls = s.constrain_tool_calls;
   auto a = (*rt)->create_agent(ao);
   if (!a) {
@@ -296,6 +297,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
   if (mp.filename().empty()) mp = mp.parent_path();
   j["model"] = s.model_dir.empty() ? std::string("(in-process engine)") : mp.filename().string();
   j["resume"] = policy_name(s.resume);
+  j["on_limit"] = s.answer_on_limit ? "answer" : "stop";
   j["kv"] = s.kv_unquantised ? "bf16" : "fp4";
   j["constrained_tool_calls"] = s.constrain_tool_calls;
   j["seconds"] = seconds;
@@ -325,7 +327,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   struct eval_args {
     std::string tasks;
     std::string model_dir = std::string(CEDAR_SOURCE_DIR) + "/model/weights/cedar-agent-tiny";
-    std::string mcp_config, family, resume = "replay", kv = "fp4", transcripts;
+    std::string mcp_config, family, resume = "replay", kv = "fp4", transcripts, on_limit = "answer";
     int limit = -1, max_rounds = 8, max_repeated_failures = 2, max_new_tokens = 256;
     bool json = false, details = false, exact = false, unconstrained = false;
   };
@@ -346,6 +348,11 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   c->add_option("--max-repeated-failures", a->max_repeated_failures,
                 "end a turn when the model repeats a call that already failed this many times in it (0: never)")
       ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  c->add_option("--on-limit", a->on_limit,
+                "when --max-rounds or --max-repeated-failures stops a call: answer (the call is answered "
+                "'not run' and one more reply, without tools, ends the turn) or stop (the turn ends there)")
+      ->check(CLI::IsMember({"answer", "stop"}))
       ->capture_default_str();
   c->add_option("--max-new-tokens", a->max_new_tokens, "tokens per model reply")
       ->check(CLI::Range(1, 1 << 20))
@@ -390,6 +397,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
     s.kv_unquantised = a->kv == "bf16";
     s.max_rounds = a->max_rounds;
     s.max_repeated_failures = a->max_repeated_failures;
+    s.answer_on_limit = a->on_limit == "answer";
     s.max_new_tokens = a->max_new_tokens;
     s.constrain_tool_calls = !a->unconstrained;
     auto m = model::load_model_dir(a->model_dir, /*need_tokenizer=*/true);

@@ -25,6 +25,7 @@ struct eval_settings {
   bool kv_unquantised = false;
   int max_rounds = 8;                    // model replies with tool calls per user turn
   int max_repeated_failures = 2;         // agent_options::max_repeated_failures
+  bool answer_on_limit = true;           // agent_options::answer_on_limit
   int max_new_tokens = 256;              // per model reply
   bool constrain_tool_calls = true;      // agent_options::constrain_tool_calls
   std::string default_system = "You are cedar, a helpful assistant. Use the tools when they help.";

@@ -509,6 +509,10 @@ void mount_dashboard(httplib::Server& svr, agent_runtime& rt) {
         return send_error(res, 400, std::string("'") + key + "' must be an integer in [0, 64]");
       *out = b[key].get<int>();
     }
+    if (b.contains("answer_on_limit")) {
+      if (!b["answer_on_limit"].is_boolean()) return send_error(res, 400, "'answer_on_limit' must be true or false");
+      o.answer_on_limit = b["answer_on_limit"].get<bool>();
+    }
     std::string message = b.value("message", "");
     if (message.empty()) return send_error(res, 400, "'message' (the first user message) is empty");
     auto a = st->rt.create_agent(o);

@@ -140,5 +140,25 @@ TEST(ToolGrammar, SpecBuilderRoundTrips) {
   EXPECT_TRUE(g->tools()[1].open);
 }
 
+// No tools (the agent's final reply after a limit): text only; the text may not end inside the
+// start of a DSML marker (a "<" may only be followed at once by what cannot become one).
+TEST(ToolGrammar, NoToolsAllowsTextButNoBlock) {
+  auto g = tool_grammar::from_json(tool_grammar_spec({}));
+  ASSERT_TRUE(g.ok()) << g.err().message;
+  EXPECT_TRUE(g->tools().empty());
+  EXPECT_TRUE(g->viable("The answer is 42.", /*at_end=*/true));
+  EXPECT_TRUE(g->viable("a <b, and 3 < 4", false));
+  EXPECT_FALSE(g->viable("a <", false));
+  EXPECT_FALSE(g->viable("x\n\n<｜DS", false));
+  EXPECT_FALSE(g->viable("\n\n", false));  // the opening of a block after no text
+  EXPECT_FALSE(g->viable(" ", false));
+  EXPECT_TRUE(g->viable("It is 4.\n\nDone.", true));
+  EXPECT_FALSE(g->viable("Let me check.\n\n<｜DSML｜", false));
+  EXPECT_FALSE(g->viable("Let me check." + block(""), true));
+  EXPECT_FALSE(g->viable("x" + block(call("clock", "")), true));
+  // The same replies with a tool offered are viable.
+  EXPECT_TRUE(grammar().viable("x" + block(call("clock", "")), true));
+}
+
 }  // namespace
 }  // namespace cedar::model

@@ -116,6 +116,7 @@ TEST(AgentLoop, RoundLimitEndsTheTurn) {
   auto tok = test::test_tokenizer();
   agent_limits lim;
   lim.max_tool_rounds = 1;
+  lim.answer_on_limit = false;
   agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, lim);
   ASSERT_TRUE(loop.begin_turn("loop forever").ok());
   reply_action a = reply(loop, calc_call("1+1"));
@@ -131,7 +132,9 @@ TEST(AgentLoop, RoundLimitEndsTheTurn) {
 
 TEST(AgentLoop, ACallRepeatedAfterFailingTwiceEndsTheTurn) {
   auto tok = test::test_tokenizer();
-  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});  // max_repeated_failures = 2
+  agent_limits stop;  // max_repeated_failures = 2
+  stop.answer_on_limit = false;
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, stop);
   ASSERT_TRUE(loop.begin_turn("divide").ok());
   // The same failing call twice runs twice (a retry can be worth it: a tool may fail transiently).
   for (int i = 0; i < 2; ++i) {
@@ -160,6 +163,71 @@ TEST(AgentLoop, ACallRepeatedAfterFailingTwiceEndsTheTurn) {
   reply_action e = reply(loop, calc_call("1/0"));
   EXPECT_EQ(e.calls.size(), 1u);
   EXPECT_FALSE(e.repeat_limit);
+}
+
+// answer_on_limit (the default): the stopped call is answered "not run" (never run), the model
+// gets one more reply, which may not call tools, and that reply ends the turn with its text.
+TEST(AgentLoop, RoundLimitGetsOneFinalReplyWithoutTools) {
+  auto tok = test::test_tokenizer();
+  agent_limits lim;
+  lim.max_tool_rounds = 1;
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, lim);
+  ASSERT_TRUE(loop.begin_turn("loop forever").ok());
+  reply_action a = reply(loop, calc_call("1+1"));
+  ASSERT_EQ(a.calls.size(), 1u);
+  EXPECT_TRUE(loop.calls_allowed());
+  ASSERT_TRUE(loop.tool_results({{a.calls[0].id, "2", false, 0}}).ok());
+  reply_action b = reply(loop, calc_call("2+2"));
+  EXPECT_TRUE(b.round_limit);
+  ASSERT_EQ(b.calls.size(), 1u);
+  EXPECT_TRUE(b.calls[0].refused);
+  EXPECT_EQ(b.calls[0].error, "not run: this turn reached its limit of 1 tool rounds; answer with what you have");
+  ASSERT_EQ(b.refused.size(), 1u);
+  EXPECT_EQ(b.refused[0].arguments_json, R"({"expression": "2+2"})");
+  EXPECT_EQ(loop.phase(), agent_phase::running_tools);
+  EXPECT_EQ(loop.messages().back().tool_calls.size(), 1u);  // the call stays, with its result
+  EXPECT_FALSE(loop.calls_allowed());
+  auto t = loop.tool_results({{b.calls[0].id, b.calls[0].error, true, 0}});
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  auto text = tok->decode(*t);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("<tool_result>error: not run: this turn reached its limit"), std::string::npos) << *text;
+  // A call in the final reply (an unconstrained model) is not run either: the turn ends.
+  reply_action c = reply(loop, calc_call("3+3"));
+  EXPECT_TRUE(c.round_limit);
+  EXPECT_TRUE(c.calls.empty());
+  ASSERT_EQ(c.refused.size(), 1u);
+  EXPECT_EQ(loop.phase(), agent_phase::idle);
+  // The next turn may call tools again.
+  ASSERT_TRUE(loop.begin_turn("once more").ok());
+  EXPECT_TRUE(loop.calls_allowed());
+  reply_action d = reply(loop, calc_call("4+4"));
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_FALSE(d.calls[0].refused);
+}
+
+TEST(AgentLoop, RepeatGuardGetsOneFinalReplyThatEndsTheTurnWithText) {
+  auto tok = test::test_tokenizer();
+  agent_loop loop(*tok, "sys", {kCalcTool}, {"calculator"}, {});  // max_repeated_failures = 2
+  ASSERT_TRUE(loop.begin_turn("divide").ok());
+  for (int i = 0; i < 2; ++i) {
+    reply_action a = reply(loop, calc_call("1/0"));
+    ASSERT_EQ(a.calls.size(), 1u) << i;
+    ASSERT_TRUE(loop.tool_results({{a.calls[0].id, "division by zero", true, 0}}).ok());
+  }
+  reply_action b = reply(loop, calc_call("1/0"));
+  EXPECT_TRUE(b.repeat_limit);
+  EXPECT_FALSE(b.round_limit);
+  ASSERT_EQ(b.calls.size(), 1u);
+  EXPECT_TRUE(b.calls[0].refused);
+  EXPECT_EQ(b.calls[0].error, "not run: this call already failed 2 times; answer with what you have");
+  ASSERT_TRUE(loop.tool_results({{b.calls[0].id, b.calls[0].error, true, 0}}).ok());
+  reply_action c = reply(loop, "I cannot divide by zero.");
+  EXPECT_TRUE(c.calls.empty());
+  EXPECT_FALSE(c.repeat_limit);
+  EXPECT_EQ(c.content, "I cannot divide by zero.");
+  EXPECT_EQ(loop.phase(), agent_phase::idle);
+  EXPECT_EQ(loop.messages().back().content, "I cannot divide by zero.");
 }
 
 TEST(AgentLoop, RepeatedSuccessfulCallsAndADisabledLimitNeverStopATurn) {

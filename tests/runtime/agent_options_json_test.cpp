@@ -19,6 +19,7 @@ TEST(AgentOptionsJson, EveryLimitAndTheToolGrammarSurviveARoundTrip) {
   o.max_repeated_failures = 0;  // not the default (2): a lost field would read back as 2
   o.tool_timeout_ms = 1234;
   o.constrain_tool_calls = false;  // not the default (true)
+  o.answer_on_limit = false;       // not the default (true)
   auto back = agent_options_from_json(agent_options_to_json(o));
   ASSERT_TRUE(back.ok()) << back.err().message;
   EXPECT_EQ(back->name, "worker");
@@ -32,6 +33,7 @@ TEST(AgentOptionsJson, EveryLimitAndTheToolGrammarSurviveARoundTrip) {
   EXPECT_EQ(back->max_repeated_failures, 0);
   EXPECT_EQ(back->tool_timeout_ms, 1234);
   EXPECT_FALSE(back->constrain_tool_calls);
+  EXPECT_FALSE(back->answer_on_limit);
 }
 
 TEST(AgentOptionsJson, MissingFieldsKeepDefaultsAndWrongTypesNameTheField) {
@@ -42,6 +44,10 @@ TEST(AgentOptionsJson, MissingFieldsKeepDefaultsAndWrongTypesNameTheField) {
   EXPECT_EQ(o->max_tool_rounds, 2);
   EXPECT_EQ(o->max_repeated_failures, 5);
   EXPECT_TRUE(o->constrain_tool_calls);
+  EXPECT_TRUE(o->answer_on_limit);
+  auto bad3 = agent_options_from_json(R"({"answer_on_limit": "yes"})");
+  ASSERT_FALSE(bad3.ok());
+  EXPECT_NE(bad3.err().message.find("'answer_on_limit' must be true or false"), std::string::npos) << bad3.err().message;
 
   auto bad = agent_options_from_json(R"({"max_repeated_failures": "two"})");
   ASSERT_FALSE(bad.ok());

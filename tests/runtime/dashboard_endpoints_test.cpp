@@ -144,7 +144,7 @@ TEST_F(DashboardEndpoints, RequestsWithoutTheTokenGet401) {
 TEST_F(DashboardEndpoints, ATurnEndedByTheRepeatGuardShowsTheCallNotRun) {
   auto [status, j] = post("/api/dash/agents", R"({"name":"notes","message":"Look up my note called ploutwo.",)"
                                               R"("tools":["notes_read","notes_save","calculator"],"max_new_tokens":120,)"
-                                              R"("max_tool_rounds":8,"max_repeated_failures":1,)"
+                                              R"("max_tool_rounds":8,"max_repeated_failures":1,"answer_on_limit":false,)"
                                               R"("system_prompt":"You are cedar, a helpful assistant. Use the tools when they help."})");
   ASSERT_EQ(status, 201) << j.dump();
   int64_t id = j.value("session", int64_t{0});

@@ -9,7 +9,10 @@
 #include <chrono>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/cedar.hpp"
+#include "sessions/store.hpp"
 #include "runtime_test_util.hpp"
 
 using namespace cedar;
@@ -126,8 +129,8 @@ TEST(ToolFaults, AFailingToolIsAnErrorResultAndTheLoopGoesOn) {
 
 // A note that does not exist, the real notes tools, room for many rounds: the default model asks
 // for the key, then for a variant, then for one of them again (in the held-out eval it went on
-// until --max-rounds). With max_repeated_failures = 1 the repeat is not run: the turn ends, no
-// failed call runs twice, and the session goes on.
+// until --max-rounds). With max_repeated_failures = 1 the repeat is not run: the turn ends (with
+// answer_on_limit off), no failed call runs twice, and the session goes on.
 TEST(ToolFaults, ACallRepeatedAfterFailingEndsTheTurnWithoutRunningAgain) {
   test::temp_dir dir;
   runtime_options ro;
@@ -141,6 +144,7 @@ TEST(ToolFaults, ACallRepeatedAfterFailingEndsTheTurnWithoutRunningAgain) {
   o.max_new_tokens = 120;
   o.max_tool_rounds = 8;
   o.max_repeated_failures = 1;
+  o.answer_on_limit = false;
   auto a = (*rt)->create_agent(o);
   ASSERT_TRUE(a.ok());
   std::vector<std::string> ran;
@@ -164,6 +168,62 @@ TEST(ToolFaults, ACallRepeatedAfterFailingEndsTheTurnWithoutRunningAgain) {
   auto r2 = a->ask("What is 6 * 7?");
   ASSERT_TRUE(r2.ok()) << r2.err().message;
   EXPECT_GT(r2->context, r->context);
+}
+
+// The same turn with answer_on_limit (the default): the repeat is answered "not run: ..." without
+// running, the model writes one more reply with tool calls forbidden, and the turn ends with that
+// text; the stored transcript holds the refused call and its result, and the session goes on.
+TEST(ToolFaults, ACallStoppedByTheRepeatGuardGetsAFinalReplyWithoutTools) {
+  test::temp_dir dir;
+  runtime_options ro;
+  ro.model_dir = test::src("model/weights/cedar-agent-tiny");
+  ro.store_path = dir.file("s.db");
+  auto rt = agent_runtime::open(ro);
+  ASSERT_TRUE(rt.ok()) << rt.err().message;
+  agent_options o;
+  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
+  o.tools = {"notes_read", "notes_save", "calculator"};
+  o.max_new_tokens = 120;
+  o.max_tool_rounds = 8;
+  o.max_repeated_failures = 1;
+  ASSERT_TRUE(o.answer_on_limit);  // the default
+  auto a = (*rt)->create_agent(o);
+  ASSERT_TRUE(a.ok());
+  std::vector<std::string> ran, results;
+  auto r = a->ask("Look up my note called ploutwo.", [&](const agent_event& e) {
+    if (e.type == agent_event::kind::tool_call) ran.push_back(e.tool + " " + e.arguments);
+    if (e.type == agent_event::kind::tool_result) results.push_back(e.text);
+  });
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  ASSERT_FALSE(ran.empty()) << "the default model no longer reads the note";
+  EXPECT_TRUE(r->repeat_limit) << "the default model no longer repeats a failed call; answer: " << r->answer;
+  std::vector<std::string> distinct = ran;
+  std::sort(distinct.begin(), distinct.end());
+  EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "a failed call ran twice";
+  EXPECT_EQ(r->tool_calls, int(ran.size()));      // the refused call is not counted as run
+  EXPECT_EQ(results.size(), ran.size());          // nor streamed as a tool event
+  EXPECT_EQ(r->rounds, int(ran.size()) + 2);      // the refused call's reply + the final one
+  EXPECT_FALSE(r->answer.empty()) << "the final reply has no text";
+  EXPECT_EQ(r->answer.find("DSML"), std::string::npos) << r->answer;
+  // The store holds the refused call with its "not run" result.
+  auto store = sessions::store::open(dir.file("s.db"));
+  ASSERT_TRUE(store.ok()) << store.err().message;
+  auto items = (*store)->transcript(a->session());
+  ASSERT_TRUE(items.ok()) << items.err().message;
+  int refused = 0, not_run = 0;
+  for (const auto& it : *items) {
+    auto p = nlohmann::json::parse(it.payload);
+    if (it.kind == sessions::item_kind::tool_call && p.value("refused", false)) ++refused;
+    if (it.kind == sessions::item_kind::tool_result &&
+        p.value("content", std::string()).rfind("not run: this call already failed 1 times", 0) == 0)
+      ++not_run;
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(not_run, 1);
+  // The transcript is valid: the next turn runs on the same session and may call tools again.
+  auto r2 = a->ask("What is 6 * 7?");
+  ASSERT_TRUE(r2.ok()) << r2.err().message;
+  EXPECT_NE(r2->answer.find("42"), std::string::npos) << r2->answer;
 }
 
 TEST(ToolFaults, CancelDuringAToolEndsTheTurnAndTheSessionContinues) {

@@ -108,12 +108,16 @@ function toolCallBox(call, result) {
   return box;
 }
 
-// A turn the runtime ended without an answer (agent_options::max_tool_rounds or
-// max_repeated_failures), with the calls of that last reply that were not run.
+// A reply whose calls a limit stopped (agent_options::max_tool_rounds or max_repeated_failures),
+// with those calls. With answer_on_limit (the default) they stay in the reply's tool_calls with
+// "not run" results and one more reply, without tools, ends the turn; else the turn ended here.
 function turnEndBox(p) {
-  const why = p.turn_end === 'repeat_limit'
-    ? 'turn ended: the model repeated a call that had already failed'
-    : 'turn ended: tool round limit reached';
+  const limit = p.turn_end === 'repeat_limit'
+    ? 'the model repeated a call that had already failed'
+    : 'tool round limit reached';
+  const why = (p.tool_calls || []).length
+    ? 'limit: ' + limit + ' (one final reply without tools follows)'
+    : 'turn ended: ' + limit;
   const box = el('div', { class: 'turn-end', 'data-turn-end': p.turn_end }, why);
   for (const c of p.refused_calls || [])
     box.append(el('div', {}, 'not run: ', el('b', {}, c.name), ' ', el('code', {}, c.arguments)));
