@@ -316,6 +316,7 @@ TEST(EvalEndToEnd, CiSetRunsThroughTheRuntimeWithBoundedReplay) {
   EXPECT_EQ(j["families"].size(), 6u);
   EXPECT_EQ(j["results"].size(), out.size());
   EXPECT_EQ(j["resume"], "replay");
+  EXPECT_EQ(j["on_limit"], "answer");
 }
 
 // Recall through the global KV ~8K tokens back, on the shipped model and config with

@@ -49,6 +49,27 @@ std::unique_ptr<agent_runtime> open_default(const std::string& store) {
   return rt.ok() ? std::move(*rt) : nullptr;
 }
 
+std::unique_ptr<agent_runtime> open_with_builtins(const std::string& store) {
+  runtime_options o;
+  o.model_dir = test::src("model/weights/cedar-agent-tiny");
+  o.store_path = store;
+  auto rt = agent_runtime::open(o);
+  EXPECT_TRUE(rt.ok()) << (rt.ok() ? "" : rt.err().message);
+  return rt.ok() ? std::move(*rt) : nullptr;
+}
+
+// The notes tools with room for many rounds and the repeat guard at its tightest: the default
+// model asks for a missing note, a variant, then one of them again.
+agent_options notes_agent() {
+  agent_options o;
+  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
+  o.tools = {"notes_read", "notes_save", "calculator"};
+  o.max_new_tokens = 120;
+  o.max_tool_rounds = 8;
+  o.max_repeated_failures = 1;
+  return o;
+}
+
 agent_options calc_agent(int timeout_ms) {
   agent_options a;
   a.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
@@ -133,19 +154,11 @@ TEST(ToolFaults, AFailingToolIsAnErrorResultAndTheLoopGoesOn) {
 // answer_on_limit off), no failed call runs twice, and the session goes on.
 TEST(ToolFaults, ACallRepeatedAfterFailingEndsTheTurnWithoutRunningAgain) {
   test::temp_dir dir;
-  runtime_options ro;
-  ro.model_dir = test::src("model/weights/cedar-agent-tiny");
-  ro.store_path = dir.file("s.db");
-  auto rt = agent_runtime::open(ro);  // the built-in tools
-  ASSERT_TRUE(rt.ok()) << rt.err().message;
-  agent_options o;
-  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
-  o.tools = {"notes_read", "notes_save", "calculator"};
-  o.max_new_tokens = 120;
-  o.max_tool_rounds = 8;
-  o.max_repeated_failures = 1;
+  auto rt = open_with_builtins(dir.file("s.db"));
+  ASSERT_TRUE(rt);
+  agent_options o = notes_agent();
   o.answer_on_limit = false;
-  auto a = (*rt)->create_agent(o);
+  auto a = rt->create_agent(o);
   ASSERT_TRUE(a.ok());
   std::vector<std::string> ran;
   int errors = 0;
@@ -175,19 +188,11 @@ TEST(ToolFaults, ACallRepeatedAfterFailingEndsTheTurnWithoutRunningAgain) {
 // text; the stored transcript holds the refused call and its result, and the session goes on.
 TEST(ToolFaults, ACallStoppedByTheRepeatGuardGetsAFinalReplyWithoutTools) {
   test::temp_dir dir;
-  runtime_options ro;
-  ro.model_dir = test::src("model/weights/cedar-agent-tiny");
-  ro.store_path = dir.file("s.db");
-  auto rt = agent_runtime::open(ro);
-  ASSERT_TRUE(rt.ok()) << rt.err().message;
-  agent_options o;
-  o.system_prompt = "You are cedar, a helpful assistant. Use the tools when they help.";
-  o.tools = {"notes_read", "notes_save", "calculator"};
-  o.max_new_tokens = 120;
-  o.max_tool_rounds = 8;
-  o.max_repeated_failures = 1;
+  auto rt = open_with_builtins(dir.file("s.db"));
+  ASSERT_TRUE(rt);
+  agent_options o = notes_agent();
   ASSERT_TRUE(o.answer_on_limit);  // the default
-  auto a = (*rt)->create_agent(o);
+  auto a = rt->create_agent(o);
   ASSERT_TRUE(a.ok());
   std::vector<std::string> ran, results;
   auto r = a->ask("Look up my note called ploutwo.", [&](const agent_event& e) {
