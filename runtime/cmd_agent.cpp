@@ -139,8 +139,8 @@ void print_summary(const turn_result& r, int64_t session) {
                (long long)session, r.rounds, r.tool_calls, (long long)r.prompt_tokens, (long long)r.generated_tokens,
                (long long)r.context, r.resume_path.c_str(), r.first_token_ms, r.total_ms,
                r.cancelled      ? " (cancelled)"
-               : r.round_limit  ? " (tool round limit)"
-               : r.repeat_limit ? " (stopped: a call repeated after failing)"
+               : r.round_limit  ? " (tool round limit: a call was not run)"
+               : r.repeat_limit ? " (a call repeated after failing was not run)"
                                 : "");
 }
 

@@ -282,8 +282,8 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
     j["mean_replayed_tokens"] = double(replayed) / n;
     j["resume_paths"] = {{"fresh", fresh}, {"resident", resident}, {"replayed", rep}, {"reprefilled", repre}};
     j["task_errors"] = errors;
-    j["round_limit_tasks"] = round_limits;    // a turn ended at --max-rounds
-    j["repeat_limit_tasks"] = repeat_limits;  // a turn ended on a call repeated after failing
+    j["round_limit_tasks"] = round_limits;    // a turn where --max-rounds stopped a call
+    j["repeat_limit_tasks"] = repeat_limits;  // a turn where a call repeated after failing was stopped
     return j;
   };
   std::vector<const eval_outcome*> all;
