@@ -229,6 +229,20 @@ TEST(ToolFaults, ACallStoppedByTheRepeatGuardGetsAFinalReplyWithoutTools) {
   auto r2 = a->ask("What is 6 * 7?");
   ASSERT_TRUE(r2.ok()) << r2.err().message;
   EXPECT_NE(r2->answer.find("42"), std::string::npos) << r2->answer;
+  // ... and after a restart: the stored transcript (refused call, "not run" result, final reply)
+  // renders to the stored token log, so the session resumes by bounded replay.
+  const int64_t session = a->session();
+  store->reset();
+  { agent gone = std::move(*a); }  // the agent before its runtime
+  rt.reset();
+  auto rt2 = open_with_builtins(dir.file("s.db"));
+  ASSERT_TRUE(rt2);
+  auto b = rt2->resume_agent(session, o);
+  ASSERT_TRUE(b.ok()) << b.err().message;
+  auto r3 = b->ask("What is 9 * 9?");
+  ASSERT_TRUE(r3.ok()) << r3.err().message;
+  EXPECT_EQ(r3->resume_path, "replayed");
+  EXPECT_NE(r3->answer.find("81"), std::string::npos) << r3->answer;
 }
 
 TEST(ToolFaults, CancelDuringAToolEndsTheTurnAndTheSessionContinues) {
