@@ -658,6 +658,7 @@ void on_generation(agent_ptr self, gen_done& d) {
   s.sum.context = d.context;
   if (s.sum.resume_path.empty()) s.sum.resume_path = d.resume_path;
   s.sum.resume_paths.push_back(d.resume_path);
+  const bool final_reply = !s.loop->calls_allowed();  // made under the grammar of no tools
   reply_action act = s.loop->end_reply(d.stopped);
 
   commit_request c;
@@ -674,7 +675,7 @@ void on_generation(agent_ptr self, gen_done& d) {
   uint64_t end = d.first_token + d.tokens.size();
   c.items.push_back(make_item("assistant",
                               njson{{"content", act.content}, {"tool_calls", calls}, {"stopped", d.stopped},
-                                    {"turn_end", turn_end}, {"refused_calls", refused},
+                                    {"turn_end", turn_end}, {"refused_calls", refused}, {"final_reply", final_reply},
                                     {"parse_errors", act.parse_errors}, {"resume_path", d.resume_path},
                                     {"prefill_ms", d.prefill_ms}, {"decode_ms", d.decode_ms},
                                     {"n_prompt", d.n_prompt}, {"n_generated", d.n_generated},

@@ -68,6 +68,7 @@
 #include "model/engine.hpp"
 #include "model/model_dir.hpp"
 #include "model/tokenizer.hpp"
+#include "model/tool_grammar.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/eval_tasks.hpp"
 #include "runtime/executor_core.hpp"
@@ -372,13 +373,16 @@ struct verify_counts {
   std::vector<std::string> problems;
 };
 
-result<verify_counts> verify_generations(const std::string& db, const model::engine& eng, int max_new_tokens) {
+result<verify_counts> verify_generations(const std::string& db, const model::engine& eng,
+                                         std::shared_ptr<const model::tokenizer> tok, int max_new_tokens) {
   verify_counts vc;
   auto st = sessions::store::open(db);
   if (!st) return st.take_err();
   auto l = (*st)->list_sessions();
   if (!l) return l.take_err();
-  runtime::executor_core core(eng, size_t(1) << 30);
+  runtime::executor_options eo;
+  eo.tokenizer = std::move(tok);  // the grammar of a final reply after a limit reads token bytes
+  runtime::executor_core core(eng, size_t(1) << 30, eo);
   runtime::generation_params gp;
   gp.max_new_tokens = max_new_tokens;
   gp.stop_ids = {int32_t(eng.config().eos_token_id)};
@@ -423,6 +427,9 @@ result<verify_counts> verify_generations(const std::string& db, const model::eng
         pos = 0;
         fresh = true;
       }
+      // The final reply after a limit (answer_on_limit) was sampled under the grammar of no
+      // tools; the reference decodes it the same way. (Other replies: greedy, unconstrained.)
+      gp.tool_grammar = p.is_object() && p.value("final_reply", false) ? model::tool_grammar_spec({}) : std::string();
       std::span<const int32_t> prompt(log->data() + pos, b - pos);
       auto t = core.start(ref, prompt, gp, fresh ? runtime::resume_path::fresh : runtime::resume_path::resident, 0);
       if (!t) return make_error(errc::internal, "reference run: " + t.err().message);
@@ -708,7 +715,7 @@ int parent_main(options o, const std::vector<std::string>& argv0) {
     std::fprintf(stderr, "cedar_soak: %s\n", m.err().message.c_str());
     return 1;
   }
-  auto vc = verify_generations(db, *m->eng, o.max_new_tokens);
+  auto vc = verify_generations(db, *m->eng, m->tok, o.max_new_tokens);
   if (!vc) f.problems.push_back("verification: " + vc.err().message);
   else f.v = std::move(*vc);
   for (auto& p : f.v.problems) f.problems.push_back(p);
