@@ -185,6 +185,10 @@ TEST_F(DashboardEndpoints, BadRequestsGetClearErrors) {
   EXPECT_EQ(s4b, 400);
   EXPECT_NE(j4b["error"]["message"].get<std::string>().find("'max_repeated_failures' must be an integer in [0, 64]"),
             std::string::npos) << j4b.dump();
+  auto [s4d, j4d] = post("/api/dash/agents", R"({"message":"hi","answer_on_limit":"yes"})");
+  EXPECT_EQ(s4d, 400);
+  EXPECT_NE(j4d["error"]["message"].get<std::string>().find("'answer_on_limit' must be true or false"),
+            std::string::npos) << j4d.dump();
   auto [s4c, j4c] = post("/api/dash/agents", R"({"message":"hi","max_new_tokens":64,"min_new_tokens":65})");
   EXPECT_EQ(s4c, 400);
   EXPECT_NE(j4c["error"]["message"].get<std::string>().find("'min_new_tokens' must be an integer in [0, max_new_tokens = 64]"),
