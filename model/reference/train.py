@@ -52,10 +52,11 @@ _ARGS = None
 
 
 def _init_worker(tok_path, recall_chars, max_len, long_frac=0.0, long_chars=(9000, 40000),
-                 long_max_len=12288):
+                 long_max_len=12288, copy_weight=1, frequent=()):
     global _TOK, _ARGS
     _TOK = bpe.Tokenizer.load(tok_path)
-    _ARGS = (tuple(recall_chars), max_len, long_frac, tuple(long_chars), long_max_len)
+    _ARGS = (tuple(recall_chars), max_len, long_frac, tuple(long_chars), long_max_len,
+             int(copy_weight), frozenset(frequent))
     torch.set_num_threads(1)
 
 
@@ -68,7 +69,7 @@ def is_long_recall(seed: int, index: int, long_frac: float) -> bool:
 def _gen_chunk(task):
     """task = (seed, first index, count) -> list of (ids, mask, start, family)."""
     seed, first, count = task
-    rc, max_len, long_frac, long_rc, long_max_len = _ARGS
+    rc, max_len, long_frac, long_rc, long_max_len, copy_weight, frequent = _ARGS
     out = []
     for i in range(first, first + count):
         if is_long_recall(seed, i, long_frac):
@@ -80,9 +81,24 @@ def _gen_chunk(task):
         ids, mask = data.tokenize_sample(_TOK, s["messages"])
         if len(ids) > limit:
             continue
-        out.append((np.asarray(ids, np.int32), np.asarray(mask, np.uint8),
+        out.append((np.asarray(ids, np.int32), TC.copy_weights(ids, mask, frequent, copy_weight),
                     TC.last_turn_start(mask), s["family"]))
     return out
+
+
+COPY_DF_SAMPLES = 600
+
+
+def frequent_ids(tok, args):
+    """The ids that --copy-weight never treats as copied values: those in more than
+    --copy-frequent of the first COPY_DF_SAMPLES train samples of the run's seed, numbers
+    excepted (a number in the answer is always a copy when the context showed it)."""
+    lists = []
+    for i in range(COPY_DF_SAMPLES):
+        s = data.make_sample(args.seed, i, "train", None, tuple(args.recall_chars))
+        lists.append(data.tokenize_sample(tok, s["messages"])[0])
+    numbers = {i for i in range(tok.vocab_size) if tok.decode([i]).strip().isdigit()}
+    return TC.frequent_tokens(lists, args.copy_frequent) - numbers
 
 
 class Stream:
@@ -96,7 +112,8 @@ class Stream:
         self.pool = None
         self.inflight = deque()
         self.worker_args = (args.tokenizer, args.recall_chars, args.max_len, args.long_recall_frac,
-                            args.long_recall_train_chars, args.long_max_len)
+                            args.long_recall_train_chars, args.long_max_len, args.copy_weight,
+                            tuple(sorted(getattr(args, "frequent_ids", ()))))
         if args.workers > 0:
             self.pool = mp.get_context("fork").Pool(args.workers, _init_worker,
                                                     self.worker_args)
@@ -163,6 +180,12 @@ def main(argv=None) -> int:
                          "gave 62 GB on an H200). The sparse stages' memory grows with B*T, not "
                          "B*T^2 (bench_train_step: 112 GB at 98K tokens for T = 1024, 2048, 3072), so "
                          "their batches are bound by --max-tokens alone")
+    ap.add_argument("--copy-weight", type=int, default=1, metavar="W",
+                    help="loss weight (1..255) of assistant tokens that copy a value from the context: "
+                         "ids seen earlier in a non-assistant message and not frequent (default 1: off)")
+    ap.add_argument("--copy-frequent", type=float, default=0.1, metavar="F",
+                    help="with --copy-weight: ids in more than this fraction of %d train samples of the "
+                         "run's seed count as frequent, never as copies" % COPY_DF_SAMPLES)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--gamma", type=float, default=1e-3, help="MoE bias update speed")
     ap.add_argument("--dense-frac", type=float, default=0.12, help="stage A share")
@@ -221,6 +244,10 @@ def main(argv=None) -> int:
         ap.error(f"--kl-teacher-topk {args.kl_teacher_topk}: a number of entries >= 0 (0: off)")
     if args.checkpoint_minutes < 0:
         ap.error(f"--checkpoint-minutes {args.checkpoint_minutes}: a number of minutes >= 0 (0: off)")
+    if not 1 <= args.copy_weight <= 255:
+        ap.error(f"--copy-weight {args.copy_weight}: a loss weight from 1 (off) to 255")
+    if not 0.0 < args.copy_frequent <= 1.0:
+        ap.error(f"--copy-frequent {args.copy_frequent}: a fraction of samples in (0, 1]")
     if args.ema and not 0.0 < args.ema < 1.0:
         ap.error(f"--ema {args.ema}: the decay must lie between 0 and 1 (e.g. 0.998), or 0 for none")
     if args.gpus > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.gpus:
@@ -271,6 +298,10 @@ def run(rank, world, args) -> int:
     base = {"index_topk": cfg.index_topk, "candidate_topk_blocks": cfg.candidate_topk_blocks}
     if world > 1:
         args.workers = max(1, args.workers // world)
+    if args.copy_weight > 1:
+        args.frequent_ids = frequent_ids(tok, args)
+        log(f"copy weight {args.copy_weight}: {len(args.frequent_ids)} frequent ids "
+            f"(in > {args.copy_frequent:.0%} of {COPY_DF_SAMPLES} samples) never count as copies")
     stream = Stream(args, rank, world)  # fork the data workers before CUDA is initialised
     parallel = None
     if world > 1:

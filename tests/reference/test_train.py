@@ -469,6 +469,69 @@ class TrainTest(unittest.TestCase):
         finally:
             train._init_worker(tok, (1500, 9000), 3072)
 
+    def test_copy_weights_mark_copied_values(self):
+        """--copy-weight: assistant tokens whose id the context showed (not a frequent id, not a
+        special id) get the weight, as do their neighbours when the pair appeared in that order;
+        other assistant tokens keep 1, non-assistant tokens 0; the loss is the weighted mean and
+        the plain mean is reported beside it."""
+        #        user: 20 21 30 31 5 40      assistant: 30 31 21 20 3 40 41 3
+        ids = np.array([20, 21, 30, 31, 5, 40, 30, 31, 21, 20, 3, 40, 41, 3])
+        mask = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], np.uint8)
+        frequent = {21, 31}
+        w = TC.copy_weights(ids, mask, frequent, 5)
+        # 30: seen, rare -> 5; 31: frequent but (30, 31) appeared -> 5; 21: frequent, (31, 21)
+        # never appeared -> 1; 20: seen, rare -> 5; 3: special (< 17) -> 1; 40 seen -> 5;
+        # 41 never seen -> 1; the last 3 -> 1
+        self.assertEqual(w.tolist(), [0, 0, 0, 0, 0, 0, 5, 5, 1, 5, 1, 5, 1, 1])
+        self.assertEqual(TC.copy_weights(ids, mask, frequent, 1).tolist(), mask.tolist())
+        with self.assertRaises(ValueError):
+            TC.copy_weights(ids, mask, frequent, 256)
+        self.assertEqual(TC.frequent_tokens([[1, 2, 2], [2, 3], [2, 4]], 0.5), {2})
+        # the loss: weighted mean over the weighted targets, the plain mean beside it
+        V = 50
+        logits = torch.randn(1, len(ids), V)
+        x = torch.tensor(ids)[None]
+        loss, n, plain = TC.lm_loss_and_plain(logits, x, torch.tensor(w)[None])
+        ce = torch.nn.functional.cross_entropy(logits[0, :-1], x[0, 1:], reduction="none")
+        wt = torch.tensor(w[1:], dtype=torch.float32)
+        self.assertAlmostEqual(float(loss), float((ce * wt).sum() / wt.sum()), places=5)
+        self.assertAlmostEqual(float(plain), float(ce[wt > 0].mean()), places=5)
+        self.assertEqual(int(n), 8)
+        base, n1 = TC.lm_loss(logits, x, torch.tensor(mask)[None])
+        self.assertAlmostEqual(float(base), float(plain), places=5)
+        self.assertEqual(int(n1), 8)
+
+    def test_copy_weights_in_the_stream(self):
+        """train.py --copy-weight: the workers weight the copied values of real train samples
+        (a number the tool result showed, in the answer), and numbers are never frequent."""
+        import types
+        import train
+        from cedar_ref import bpe
+        tokp = os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny", "tokenizer.json")
+        tok = bpe.Tokenizer.load(tokp)
+        args = types.SimpleNamespace(seed=5, recall_chars=[1500, 2000], copy_frequent=0.1)
+        old = train.COPY_DF_SAMPLES
+        train.COPY_DF_SAMPLES = 60
+        try:
+            freq = train.frequent_ids(tok, args)
+        finally:
+            train.COPY_DF_SAMPLES = old
+        self.assertTrue(freq)
+        self.assertFalse(any(tok.decode([i]).strip().isdigit() for i in freq))
+        train._init_worker(tokp, (1500, 2000), 3072, 0.0, (12000, 14000), 12288, 4, tuple(freq))
+        try:
+            got = train._gen_chunk((5, 0, 24))
+        finally:
+            train._init_worker(tokp, (1500, 9000), 3072)
+        copied = sum(int((w == 4).sum()) for _, w, _, _ in got)
+        assistant = sum(int((w > 0).sum()) for _, w, _, _ in got)
+        self.assertGreater(copied, 0.05 * assistant)
+        self.assertLess(copied, 0.6 * assistant)
+        for ids, w, _, _ in got:
+            self.assertTrue(set(np.unique(w).tolist()) <= {0, 1, 4})
+            for t in np.nonzero(w == 4)[0]:
+                self.assertIn(int(ids[t]), set(ids[:t][w[:t] == 0].tolist()))  # the context showed it
+
     def test_weight_ema(self):
         """WeightEMA follows ema += (1 - d)(p - ema) with the warm-up d = min(decay, (1+n)/(10+n)),
         swaps the averages in for an export and restores the live weights bit for bit."""
