@@ -69,10 +69,12 @@
 #include "model/model_dir.hpp"
 #include "model/tokenizer.hpp"
 #include "model/tool_grammar.hpp"
+#include "runtime/builtin_tools.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/eval_tasks.hpp"
 #include "runtime/executor_core.hpp"
 #include "sessions/store.hpp"
+#include "tools_mcp/tool_registry.hpp"
 
 namespace fs = std::filesystem;
 using njson = nlohmann::json;
@@ -373,9 +375,23 @@ struct verify_counts {
   std::vector<std::string> problems;
 };
 
+// The grammar the soak's agents sample their replies under: every registered tool is offered
+// (agent_options::tools empty), and the runtime registers the built-ins alone.
+result<std::string> agents_tool_grammar(const std::string& files_root) {
+  tools::tool_registry reg;
+  for (auto& t : runtime::builtin_tools(files_root))
+    if (auto st = reg.add(std::move(t)); !st) return st.take_err();
+  std::vector<std::pair<std::string, std::string>> offered;
+  for (const auto& t : reg.list()) offered.emplace_back(t->name, tools::json_dump(t->input_schema));
+  return model::tool_grammar_spec(offered);
+}
+
 result<verify_counts> verify_generations(const std::string& db, const model::engine& eng,
-                                         std::shared_ptr<const model::tokenizer> tok, int max_new_tokens) {
+                                         std::shared_ptr<const model::tokenizer> tok, int max_new_tokens,
+                                         const std::string& files_root) {
   verify_counts vc;
+  auto agent_grammar = agents_tool_grammar(files_root);
+  if (!agent_grammar) return agent_grammar.take_err();
   auto st = sessions::store::open(db);
   if (!st) return st.take_err();
   auto l = (*st)->list_sessions();
@@ -427,9 +443,9 @@ result<verify_counts> verify_generations(const std::string& db, const model::eng
         pos = 0;
         fresh = true;
       }
-      // The final reply after a limit (answer_on_limit) was sampled under the grammar of no
-      // tools; the reference decodes it the same way. (Other replies: greedy, unconstrained.)
-      gp.tool_grammar = p.is_object() && p.value("final_reply", false) ? model::tool_grammar_spec({}) : std::string();
+      // Each reply decodes under the grammar the agent sampled it with: its offered tools', or
+      // the grammar of no tools for the final reply after a limit (answer_on_limit).
+      gp.tool_grammar = p.is_object() && p.value("final_reply", false) ? model::tool_grammar_spec({}) : *agent_grammar;
       std::span<const int32_t> prompt(log->data() + pos, b - pos);
       auto t = core.start(ref, prompt, gp, fresh ? runtime::resume_path::fresh : runtime::resume_path::resident, 0);
       if (!t) return make_error(errc::internal, "reference run: " + t.err().message);
@@ -715,7 +731,7 @@ int parent_main(options o, const std::vector<std::string>& argv0) {
     std::fprintf(stderr, "cedar_soak: %s\n", m.err().message.c_str());
     return 1;
   }
-  auto vc = verify_generations(db, *m->eng, m->tok, o.max_new_tokens);
+  auto vc = verify_generations(db, *m->eng, m->tok, o.max_new_tokens, (fs::path(o.work_dir) / "files").string());
   if (!vc) f.problems.push_back("verification: " + vc.err().message);
   else f.v = std::move(*vc);
   for (auto& p : f.v.problems) f.problems.push_back(p);
