@@ -588,6 +588,9 @@ void run_tools(agent_ptr self) {
       note(self, "tool_result", njson{{"id", call.id}, {"name", call.name}, {"text", call.error}, {"is_error", true},
                                       {"ms", 0}, {"refused", true}});
       s.results[call.id] = {call.id, call.error, true, 0};
+      if (s.events)
+        self->send(s.events, event_atom::value,
+                   agent_event_msg{"refused_call", call.error, call.name, call.arguments_json, true, 0});
       continue;
     }
     s.sum.tool_calls++;

@@ -320,9 +320,12 @@ result<turn_result> agent::ask(const std::string& text, const std::function<void
               {"tool_call", agent_event::kind::tool_call},
               {"tool_result", agent_event::kind::tool_result},
               {"answer", agent_event::kind::answer},
-              {"error", agent_event::kind::error}};
+              {"error", agent_event::kind::error},
+              {"refused_call", agent_event::kind::refused_call}};
+          bool known = false;
           for (auto& [n, k] : kinds)
-            if (e.kind == n) ev.type = k;
+            if (e.kind == n) ev.type = k, known = true;
+          if (!known) return;  // a kind this build does not know (a newer remote agent): not a token
           ev.text = e.text;
           ev.tool = e.tool;
           ev.arguments = e.arguments;

@@ -103,11 +103,14 @@ struct agent_options {
 
 // Streamed while a turn runs.
 struct agent_event {
-  enum class kind { token, tool_call, tool_result, answer, error };
+  // refused_call: a call the model made that a limit stopped (agent_options::answer_on_limit);
+  // never run, not counted in turn_result::tool_calls; `text` is the "not run: ..." result the
+  // model reads before its final reply.
+  enum class kind { token, tool_call, tool_result, answer, error, refused_call };
   kind type = kind::token;
-  std::string text;       // token text / tool result / answer / error message
-  std::string tool;       // tool_call, tool_result
-  std::string arguments;  // tool_call: JSON
+  std::string text;       // token text / tool result / answer / error message / why not run
+  std::string tool;       // tool_call, tool_result, refused_call
+  std::string arguments;  // tool_call, refused_call: JSON
   bool is_error = false;  // tool_result
   double ms = 0;          // tool_result: duration
 };

@@ -116,6 +116,10 @@ void print_event(const agent_event& e) {
     case agent_event::kind::error:
       std::fprintf(stderr, "\n[error] %s\n", e.text.c_str());
       break;
+    case agent_event::kind::refused_call:
+      std::fflush(stdout);
+      std::fprintf(stderr, "\n[tool call not run] %s %s: %s\n", e.tool.c_str(), e.arguments.c_str(), e.text.c_str());
+      break;
     case agent_event::kind::answer:
       break;
   }

@@ -201,6 +201,9 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
           if (e.is_error) o.tool_errors++;
           o.transcript.push_back({"tool_result", e.text, e.tool, "", e.is_error});
           break;
+        case agent_event::kind::refused_call:  // a limit stopped it: never run, "not run: ..."
+          o.transcript.push_back({"refused_call", e.text, e.tool, e.arguments, true});
+          break;
         default:
           break;
       }
@@ -239,7 +242,7 @@ std::string eval_transcript_json(const eval_task& t, const eval_outcome& o) {
     njson j{{"role", st.role}};
     if (!st.text.empty() || st.role != "tool_call") j["text"] = st.text;
     if (!st.tool.empty()) j["tool"] = st.tool;
-    if (st.role == "tool_call") j["arguments"] = st.arguments;
+    if (st.role == "tool_call" || st.role == "refused_call") j["arguments"] = st.arguments;
     if (st.role == "tool_result") j["is_error"] = st.is_error;
     steps.push_back(std::move(j));
   }

@@ -34,7 +34,7 @@ struct eval_settings {
 // One step of a task's conversation, for --transcripts: a user turn, the model's streamed text
 // (DSML included), a tool call, a tool result.
 struct eval_step {
-  std::string role;        // user | assistant | tool_call | tool_result
+  std::string role;        // user | assistant | tool_call | tool_result | refused_call (a limit stopped it)
   std::string text;        // user / assistant text, tool result text
   std::string tool, arguments;
   bool is_error = false;   // tool_result

@@ -273,13 +273,21 @@ void check_outcome(const eval_task& t, const eval_outcome& o, resume_policy p) {
   EXPECT_EQ(o.ok, eval_expect_matches(t.expect, o.answer));
   // the transcript (--transcripts): every user turn in order, one tool_call step per parsed call
   // and a result step after each call that ran
+  // and a refused_call step for each call a limit stopped (answer_on_limit, the default here):
+  // never run, its "not run" text the result the model read before its final reply
   std::vector<std::string> users;
-  int calls = 0, results = 0;
+  int calls = 0, results = 0, refused = 0;
   for (const eval_step& st : o.transcript) {
     if (st.role == "user") users.push_back(st.text);
     calls += st.role == "tool_call";
     results += st.role == "tool_result";
+    if (st.role == "refused_call") {
+      ++refused;
+      EXPECT_EQ(st.text.rfind("not run: ", 0), 0u) << st.text;
+      EXPECT_FALSE(st.tool.empty());
+    }
   }
+  EXPECT_EQ(refused > 0, o.round_limit || o.repeat_limit);
   EXPECT_EQ(users, t.turns);
   EXPECT_GE(calls, o.tool_calls - o.invalid_tool_calls);  // malformed DSML blocks carry no call step
   EXPECT_LE(calls, o.tool_calls);

@@ -194,10 +194,14 @@ TEST(ToolFaults, ACallStoppedByTheRepeatGuardGetsAFinalReplyWithoutTools) {
   ASSERT_TRUE(o.answer_on_limit);  // the default
   auto a = rt->create_agent(o);
   ASSERT_TRUE(a.ok());
-  std::vector<std::string> ran, results;
+  std::vector<std::string> ran, results, refused_events;
   auto r = a->ask("Look up my note called ploutwo.", [&](const agent_event& e) {
     if (e.type == agent_event::kind::tool_call) ran.push_back(e.tool + " " + e.arguments);
     if (e.type == agent_event::kind::tool_result) results.push_back(e.text);
+    if (e.type == agent_event::kind::refused_call) {
+      refused_events.push_back(e.tool + " " + e.arguments);
+      EXPECT_EQ(e.text.rfind("not run: this call already failed 1 times", 0), 0u) << e.text;
+    }
   });
   ASSERT_TRUE(r.ok()) << r.err().message;
   ASSERT_FALSE(ran.empty()) << "the default model no longer reads the note";
@@ -207,6 +211,8 @@ TEST(ToolFaults, ACallStoppedByTheRepeatGuardGetsAFinalReplyWithoutTools) {
   EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "a failed call ran twice";
   EXPECT_EQ(r->tool_calls, int(ran.size()));      // the refused call is not counted as run
   EXPECT_EQ(results.size(), ran.size());          // nor streamed as a tool event
+  ASSERT_EQ(refused_events.size(), 1u);           // but as a refused_call event: the repeat
+  EXPECT_NE(std::find(ran.begin(), ran.end(), refused_events[0]), ran.end()) << refused_events[0];
   EXPECT_EQ(r->rounds, int(ran.size()) + 2);      // the refused call's reply + the final one
   EXPECT_FALSE(r->answer.empty()) << "the final reply has no text";
   EXPECT_EQ(r->answer.find("DSML"), std::string::npos) << r->answer;
