@@ -97,8 +97,7 @@ def frequent_ids(tok, args):
     for i in range(COPY_DF_SAMPLES):
         s = data.make_sample(args.seed, i, "train", None, tuple(args.recall_chars))
         lists.append(data.tokenize_sample(tok, s["messages"])[0])
-    numbers = {i for i in range(tok.vocab_size) if tok.decode([i]).strip().isdigit()}
-    return TC.frequent_tokens(lists, args.copy_frequent) - numbers
+    return TC.copy_frequent_ids(tok, lists, args.copy_frequent)
 
 
 class Stream:

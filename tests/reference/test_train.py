@@ -532,6 +532,28 @@ class TrainTest(unittest.TestCase):
             for t in np.nonzero(w == 4)[0]:
                 self.assertIn(int(ids[t]), set(ids[:t][w[:t] == 0].tolist()))  # the context showed it
 
+    def test_teacher_forced_eval_splits_copies_from_other_tokens(self):
+        """tf_eval on the shipped model: the graded turn's tokens split into copied values and
+        the rest (--copy-weight's split), each with its loss and token accuracy, and the two
+        together are the graded-turn loss."""
+        from cedar_ref import data
+        from cedar_ref import train_eval as TE
+        cfg, tok, m = TC.load_trained(os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny"))
+        samples = [data.make_sample(77, i, "train", fam, (1500, 2000))
+                   for i, fam in enumerate(["single", "chain", "multi"])]
+        r = TE.tf_eval(m, tok, samples, "cpu", copy_frequent=0.5)
+        self.assertEqual(r["n"], 3)
+        self.assertGreater(r["copy_tokens"], 0)
+        self.assertGreater(r["other_tokens"], r["copy_tokens"])
+        for k in ("copy", "other"):
+            self.assertTrue(0.0 <= r[f"{k}_token_acc"] <= 1.0)
+            self.assertTrue(0.0 <= r[f"{k}_loss"] < 20.0)
+        n = r["copy_tokens"] + r["other_tokens"]
+        mixed = (r["copy_loss"] * r["copy_tokens"] + r["other_loss"] * r["other_tokens"]) / n
+        self.assertAlmostEqual(mixed, r["graded_loss"], places=6)
+        # the trained model gets most graded tokens right
+        self.assertGreater(r["other_token_acc"], 0.5)
+
     def test_weight_ema(self):
         """WeightEMA follows ema += (1 - d)(p - ema) with the warm-up d = min(decay, (1+n)/(10+n)),
         swaps the averages in for an export and restores the live weights bit for bit."""

@@ -404,12 +404,19 @@ def frequent_tokens(token_lists, threshold):
     return {t for t, c in df.items() if c / n > threshold}
 
 
+def copy_frequent_ids(tok, token_lists, threshold):
+    """frequent_tokens() without the numbers: the ids copy_weights() never counts as copies.
+    A number in an answer is always a copy when the context showed it."""
+    numbers = {i for i in range(tok.vocab_size) if tok.decode([i]).strip().isdigit()}
+    return frequent_tokens(token_lists, threshold) - numbers
+
+
 def copy_weights(ids, mask, frequent, weight, n_special=17):
     """The copy-focused objective: an assistant token that copies a value gets loss weight
     `weight` (an int 1..255), any other assistant token 1. A copy: its id appeared earlier in a
     non-assistant message (system prompt, user message, tool result) and is not one of the
     `frequent` ids (template words, punctuation; numbers never count as frequent:
-    frequent_tokens' caller removes them), or it is next to such a token and the pair appeared
+    copy_frequent_ids()), or it is next to such a token and the pair appeared
     earlier in that order (the common pieces inside a copied name: `/gr` `ar` `cas`).
     Special ids (< n_special: chat and DSML markers) never are. The shipped model's misses are
     single wrong tokens in copied values; these tokens carry ~2.5x the mean loss of the others.

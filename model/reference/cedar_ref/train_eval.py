@@ -50,14 +50,21 @@ def answer_ok(content: str, expect: str) -> bool:
 
 
 @torch.no_grad()
-def tf_eval(m, tok, samples, device, max_tokens=32768, pad_id=2):
+def tf_eval(m, tok, samples, device, max_tokens=32768, pad_id=2, copy_frequent=0.1):
+    """-> families' exact match, graded-turn loss, and the graded turn's tokens split the way
+    train.py --copy-weight splits them ("copy": values copied from the context, with the
+    frequent ids taken over these samples at `copy_frequent`; "other": the rest): mean loss and
+    greedy token accuracy of each."""
+    from .train_core import copy_frequent_ids, copy_weights
     out = defaultdict(lambda: [0, 0])
     loss_sum, loss_n = 0.0, 0
+    split = {k: [0.0, 0, 0] for k in ("copy", "other")}  # loss sum, tokens, right
     items = []
-    for s in samples:
-        ids, mask = data.tokenize_sample(tok, s["messages"])
+    tokenized = [data.tokenize_sample(tok, s["messages"]) for s in samples]
+    frequent = copy_frequent_ids(tok, [ids for ids, _ in tokenized], copy_frequent)
+    for s, (ids, mask) in zip(samples, tokenized):
         g = graded_start(tok, s)
-        items.append((ids, mask, g, s["family"]))
+        items.append((ids, copy_weights(ids, mask, frequent, 2), g, s["family"]))
     items.sort(key=lambda it: len(it[0]))
     i = 0
     while i < len(items):
@@ -82,13 +89,23 @@ def tf_eval(m, tok, samples, device, max_tokens=32768, pad_id=2):
             out[fam][0] += int(ok)
             out[fam][1] += 1
             for t in pos:
-                loss_sum -= float(lp[b, t - 1, tids_t[t]])
+                nll = -float(lp[b, t - 1, tids_t[t]])
+                loss_sum += nll
                 loss_n += 1
+                c = split["copy" if mask[t] == 2 else "other"]
+                c[0] += nll
+                c[1] += 1
+                c[2] += int(int(pred[b, t - 1]) == tids[t])
     res = {f: {"exact": c / n, "n": n} for f, (c, n) in sorted(out.items())}
     tot_c = sum(c for c, _ in out.values())
     tot_n = sum(n for _, n in out.values())
-    return {"families": res, "exact": tot_c / max(tot_n, 1), "n": tot_n,
-            "graded_loss": loss_sum / max(loss_n, 1)}
+    r = {"families": res, "exact": tot_c / max(tot_n, 1), "n": tot_n,
+         "graded_loss": loss_sum / max(loss_n, 1)}
+    for k, (ls, n, right) in split.items():
+        r[f"{k}_tokens"] = n
+        r[f"{k}_loss"] = ls / max(n, 1)
+        r[f"{k}_token_acc"] = right / max(n, 1)
+    return r
 
 
 def call_valid(call, offered) -> bool:
