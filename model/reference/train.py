@@ -103,7 +103,7 @@ def frequent_ids(tok, args):
 class Stream:
     """Bounded prefetch of generated chunks from a process pool (or in-process)."""
 
-    def __init__(self, args, rank=0, world=1):
+    def __init__(self, args, rank=0, world=1, frequent=()):
         self.args = args
         self.chunk = 32
         self.next_index = rank * self.chunk  # rank r takes chunks r, r + world, ... of the stream
@@ -112,7 +112,7 @@ class Stream:
         self.inflight = deque()
         self.worker_args = (args.tokenizer, args.recall_chars, args.max_len, args.long_recall_frac,
                             args.long_recall_train_chars, args.long_max_len, args.copy_weight,
-                            tuple(sorted(getattr(args, "frequent_ids", ()))))
+                            tuple(sorted(frequent)))
         if args.workers > 0:
             self.pool = mp.get_context("fork").Pool(args.workers, _init_worker,
                                                     self.worker_args)
@@ -297,11 +297,12 @@ def run(rank, world, args) -> int:
     base = {"index_topk": cfg.index_topk, "candidate_topk_blocks": cfg.candidate_topk_blocks}
     if world > 1:
         args.workers = max(1, args.workers // world)
+    frequent = ()
     if args.copy_weight > 1:
-        args.frequent_ids = frequent_ids(tok, args)
-        log(f"copy weight {args.copy_weight}: {len(args.frequent_ids)} frequent ids "
+        frequent = frequent_ids(tok, args)
+        log(f"copy weight {args.copy_weight}: {len(frequent)} frequent ids "
             f"(in > {args.copy_frequent:.0%} of {COPY_DF_SAMPLES} samples) never count as copies")
-    stream = Stream(args, rank, world)  # fork the data workers before CUDA is initialised
+    stream = Stream(args, rank, world, frequent)  # fork the data workers before CUDA is initialised
     parallel = None
     if world > 1:
         import torch.distributed as dist

@@ -640,9 +640,10 @@ class TrainTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "checkpoint.tmp"), "w") as f:  # a file where a folder must go
                 f.write("in the way")
-            r = train_py(d, 1, "--kl-teacher-topk", "16")
+            r = train_py(d, 1, "--kl-teacher-topk", "16", "--copy-weight", "4")
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 1 failed", r.stderr)
+            self.assertRegex(r.stderr, r"copy weight 4: \d+ frequent ids")  # the copy-focused loss
             self.assertRegex(r.stderr, r"sel-mass 2:[01]\.\d\d 4:")  # the teacher's check, logged
             with open(os.path.join(d, "indexer.png"), "rb") as f:  # ... and drawn
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
@@ -651,6 +652,13 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(sorted(rec["teacher"], key=int), ["2", "4", "6", "8", "10"])
             self.assertFalse(os.path.exists(os.path.join(d, "checkpoint")))
             self.assertTrue(os.path.exists(os.path.join(d, "model", "model.safetensors")))
+        # bad copy-weight options: a usage error naming the option, before any work
+        with tempfile.TemporaryDirectory() as d:
+            for extra, msg in ((("--copy-weight", "300"), "--copy-weight 300"),
+                               (("--copy-weight", "2", "--copy-frequent", "0"), "--copy-frequent 0.0")):
+                r = train_py(d, 1, *extra)
+                self.assertEqual(r.returncode, 2, r.stderr[-2000:])
+                self.assertIn(msg, r.stderr)
         # --indexer-only from the shipped weights: the export differs from them in indexer tensors only
         with tempfile.TemporaryDirectory() as d:
             r = train_py(d, 1, "--init-from", tiny, "--indexer-only", "--indexer-lr-mult", "10",
