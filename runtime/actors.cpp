@@ -782,6 +782,20 @@ std::string tool_schema_json(const tools::tool& t) {
   return cedar::tools::json_dump_ordered(o);
 }
 
+offered_tools offer_tools(const tools::tool_registry& reg, const std::vector<std::string>& only) {
+  offered_tools o;
+  std::vector<std::pair<std::string, std::string>> spec;
+  for (const auto& t : reg.list()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), t->name) == only.end()) continue;
+    o.names.push_back(t->name);
+    o.schemas.push_back(tool_schema_json(*t));
+    spec.emplace_back(t->name, cedar::tools::json_dump(t->input_schema));
+  }
+  // No tools offered: nothing to constrain (the grammar of no tools is a final reply's).
+  if (!spec.empty()) o.grammar = model::tool_grammar_spec(spec);
+  return o;
+}
+
 namespace {
 
 caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> tok,
@@ -797,17 +811,9 @@ caf::behavior agent_fn(agent_ptr self, std::shared_ptr<const model::tokenizer> t
   s.cfg = cfg;
   s.eos = eos;
   // The tools this agent offers: the named ones, or every registered tool.
-  std::vector<std::string> names, schemas;
-  std::vector<std::pair<std::string, std::string>> offered;
-  for (const auto& t : reg->list()) {
-    if (!cfg.tools.empty() && std::find(cfg.tools.begin(), cfg.tools.end(), t->name) == cfg.tools.end()) continue;
-    names.push_back(t->name);
-    schemas.push_back(tool_schema_json(*t));
-    offered.emplace_back(t->name, cedar::tools::json_dump(t->input_schema));
-  }
-  // (No tools offered: nothing to constrain; the grammar of no tools is the final reply's.)
-  if (cfg.constrain_tool_calls && !offered.empty()) s.grammar = model::tool_grammar_spec(offered);
-  s.loop = std::make_unique<agent_loop>(*tok, cfg.system_prompt, schemas, names, cfg.limits);
+  auto offered = offer_tools(*reg, cfg.tools);
+  if (cfg.constrain_tool_calls) s.grammar = std::move(offered.grammar);
+  s.loop = std::make_unique<agent_loop>(*tok, cfg.system_prompt, offered.schemas, offered.names, cfg.limits);
   if (!history.empty()) {
     s.fresh = false;
     s.system_committed = true;

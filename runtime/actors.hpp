@@ -44,6 +44,15 @@ caf::actor spawn_agent(caf::actor_system& sys, std::shared_ptr<const model::toke
 // The OpenAI tool object of a tool as the system turn renders it (keys in trained order).
 std::string tool_schema_json(const tools::tool& t);
 
+// The tools an agent offers the model: the registry's tools named in `only` (empty: every one),
+// in registry order, with what the system turn renders and the grammar its replies sample under.
+struct offered_tools {
+  std::vector<std::string> names;
+  std::vector<std::string> schemas;  // tool_schema_json of each
+  std::string grammar;               // model::tool_grammar_spec of them; "" when none is offered
+};
+offered_tools offer_tools(const tools::tool_registry& reg, const std::vector<std::string>& only);
+
 // Transcript items <-> chat messages (the payload JSON of each item kind).
 std::vector<model::chat_message> messages_from_items(const std::vector<item_msg>& items, bool* last_stopped);
 

@@ -93,3 +93,36 @@ TEST(BuiltinTools, NotesAndFilesStayInsideTheirRoot) {
   EXPECT_EQ(clock[4], '-');
   EXPECT_EQ(clock.back(), ')');
 }
+
+// What an agent offers the model (runtime::offer_tools, used by the agent actor and the soak's
+// reference): the named tools in registry order, their rendered schemas, and the grammar of
+// exactly those tools.
+TEST(BuiltinTools, OfferedToolsAreTheNamedOnesWithTheirGrammar) {
+  tools::tool_registry reg;
+  for (auto& t : runtime::builtin_tools(".")) ASSERT_TRUE(reg.add(std::move(t)).ok());
+  std::vector<std::string> all;
+  for (const auto& t : reg.list()) all.push_back(t->name);
+  ASSERT_GE(all.size(), 3u);
+
+  auto every = runtime::offer_tools(reg, {});
+  EXPECT_EQ(every.names, all);
+  ASSERT_EQ(every.schemas.size(), all.size());
+  for (size_t i = 0; i < all.size(); i++) EXPECT_EQ(every.schemas[i], runtime::tool_schema_json(*reg.list()[i]));
+
+  // Asked in the reverse order: still registry order; a name not registered is left out.
+  std::vector<std::string> want = {all[2], all[0], "no_such_tool"};
+  auto two = runtime::offer_tools(reg, want);
+  EXPECT_EQ(two.names, (std::vector<std::string>{all[0], all[2]}));
+  auto g = model::tool_grammar::from_json(two.grammar);
+  ASSERT_TRUE(g.ok()) << g.err().message;
+  ASSERT_EQ(g->tools().size(), 2u);
+  EXPECT_EQ(g->tools()[0].name, all[0]);
+  EXPECT_EQ(g->tools()[1].name, all[2]);
+  const std::string open = "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"";
+  EXPECT_TRUE(g->viable(open + all[0] + "\">"));
+  EXPECT_FALSE(g->viable(open + all[1] + "\">"));
+
+  auto none = runtime::offer_tools(reg, {"no_such_tool"});
+  EXPECT_TRUE(none.names.empty());
+  EXPECT_TRUE(none.grammar.empty());
+}

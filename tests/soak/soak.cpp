@@ -69,6 +69,7 @@
 #include "model/model_dir.hpp"
 #include "model/tokenizer.hpp"
 #include "model/tool_grammar.hpp"
+#include "runtime/actors.hpp"
 #include "runtime/builtin_tools.hpp"
 #include "runtime/cedar.hpp"
 #include "runtime/eval_tasks.hpp"
@@ -381,9 +382,7 @@ result<std::string> agents_tool_grammar(const std::string& files_root) {
   tools::tool_registry reg;
   for (auto& t : runtime::builtin_tools(files_root))
     if (auto st = reg.add(std::move(t)); !st) return st.take_err();
-  std::vector<std::pair<std::string, std::string>> offered;
-  for (const auto& t : reg.list()) offered.emplace_back(t->name, tools::json_dump(t->input_schema));
-  return model::tool_grammar_spec(offered);
+  return runtime::offer_tools(reg, {}).grammar;
 }
 
 result<verify_counts> verify_generations(const std::string& db, const model::engine& eng,
