@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "kernels/base/result.hpp"
 
@@ -44,6 +45,10 @@ class stmt {
 
   // Runs one step: true when a row is available, false when done; an error otherwise.
   result<bool> step();
+  // Steps through every row, calling `row(*this)` on each. `row` returns nothing, or a status
+  // whose error ends the walk; SQLite's errors end it too.
+  template <class F>
+  status each(F&& row);
   // Runs to completion, expecting no rows.
   status exec();
   void reset();
@@ -59,6 +64,20 @@ class stmt {
   sqlite3_stmt* s_ = nullptr;
   const db* db_ = nullptr;
 };
+
+template <class F>
+status stmt::each(F&& row) {
+  for (;;) {
+    auto r = step();
+    if (!r) return r.take_err();
+    if (!*r) return {};
+    if constexpr (std::is_void_v<std::invoke_result_t<F&, stmt&>>) {
+      row(*this);
+    } else {
+      CEDAR_TRY(row(*this));
+    }
+  }
+}
 
 class db {
  public:

@@ -503,12 +503,7 @@ result<std::vector<session_info>> store::list_sessions() {
   auto s = db_.prepare(std::string(select_session_sql) + " ORDER BY id");
   if (!s) return s.take_err();
   std::vector<session_info> out;
-  for (;;) {
-    auto r = s->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
-    out.push_back(read_session_row(*s));
-  }
+  CEDAR_TRY(s->each([&](stmt& row) { out.push_back(read_session_row(row)); }));
   return out;
 }
 
@@ -597,12 +592,9 @@ result<turn_receipt> store::commit_turn(session_id id, const turn_write& turn) {
         "SELECT source_layer, n_entries FROM checkpoint_sources WHERE session_id=? AND n_turns=?");
     if (!s) return s.take_err();
     s->bind(1, id).bind(2, int64_t{info.n_turns});
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      ends[static_cast<uint32_t>(s->col_int(0))] = static_cast<uint64_t>(s->col_int(1));
-    }
+    CEDAR_TRY(s->each([&](stmt& row) {
+      ends[static_cast<uint32_t>(row.col_int(0))] = static_cast<uint64_t>(row.col_int(1));
+    }));
   }
   const page_geometry& g = info.geometry;
   for (const page_write& p : turn.pages) {
@@ -880,12 +872,7 @@ status store::remove_session(session_id id) {
     auto s = db_.prepare("SELECT page_id FROM session_pages WHERE session_id=?");
     if (!s) return s.take_err();
     s->bind(1, id);
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      pages.push_back(s->col_int(0));
-    }
+    CEDAR_TRY(s->each([&](stmt& row) { pages.push_back(row.col_int(0)); }));
   }
   // Children keep everything they need (their own rows; shared pages by reference): only
   // their parent link is cleared (ON DELETE SET NULL).
@@ -922,21 +909,19 @@ result<std::vector<transcript_item>> store::transcript(session_id id) {
   if (!s) return s.take_err();
   s->bind(1, id);
   std::vector<transcript_item> out;
-  for (;;) {
-    auto r = s->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
+  CEDAR_TRY(s->each([&](stmt& row) -> status {
     transcript_item it;
-    it.seq = static_cast<uint32_t>(s->col_int(0));
-    it.turn = static_cast<uint32_t>(s->col_int(1));
-    auto k = parse_item_kind(s->col_text(2));
+    it.seq = static_cast<uint32_t>(row.col_int(0));
+    it.turn = static_cast<uint32_t>(row.col_int(1));
+    auto k = parse_item_kind(row.col_text(2));
     if (!k) return k.take_err();
     it.kind = *k;
-    it.payload = s->col_text(3);
-    it.token_begin = static_cast<uint64_t>(s->col_int(4));
-    it.token_end = static_cast<uint64_t>(s->col_int(5));
+    it.payload = row.col_text(3);
+    it.token_begin = static_cast<uint64_t>(row.col_int(4));
+    it.token_end = static_cast<uint64_t>(row.col_int(5));
     out.push_back(std::move(it));
-  }
+    return {};
+  }));
   return out;
 }
 
@@ -948,18 +933,16 @@ result<std::vector<int32_t>> store::tokens(session_id id, uint64_t end) {
   if (!s) return s.take_err();
   s->bind(1, id).bind(2, clamp_i64(end));
   std::vector<int32_t> out;
-  for (;;) {
-    auto r = s->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
-    const uint64_t begin = static_cast<uint64_t>(s->col_int(0));
-    const uint64_t n = static_cast<uint64_t>(s->col_int(1));
-    const auto ids = s->col_blob(3);
-    if (begin != out.size() || ids.size() != 4 * n || checksum64(ids) != as_u64(s->col_int(2)))
+  CEDAR_TRY(s->each([&](stmt& row) -> status {
+    const uint64_t begin = static_cast<uint64_t>(row.col_int(0));
+    const uint64_t n = static_cast<uint64_t>(row.col_int(1));
+    const auto ids = row.col_blob(3);
+    if (begin != out.size() || ids.size() != 4 * n || checksum64(ids) != as_u64(row.col_int(2)))
       return make_error(errc::checksum, sid(id) + ": token log chunk at token " + std::to_string(begin) +
                                             " is damaged (length or xxh64 mismatch)");
     unpack_tokens(ids, &out);
-  }
+    return {};
+  }));
   if (out.size() > end) out.resize(end);
   return out;
 }
@@ -971,13 +954,10 @@ result<std::vector<checkpoint_info>> store::checkpoints(session_id id) {
   if (!s) return s.take_err();
   s->bind(1, id);
   std::vector<checkpoint_info> out;
-  for (;;) {
-    auto r = s->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
-    out.push_back({static_cast<uint32_t>(s->col_int(0)), static_cast<uint64_t>(s->col_int(1)),
-                   s->col_int(2)});
-  }
+  CEDAR_TRY(s->each([&](stmt& row) {
+    out.push_back(
+        {static_cast<uint32_t>(row.col_int(0)), static_cast<uint64_t>(row.col_int(1)), row.col_int(2)});
+  }));
   return out;
 }
 
@@ -988,13 +968,10 @@ result<std::vector<turn_timing>> store::turn_timings(session_id id) {
   if (!s) return s.take_err();
   s->bind(1, id);
   std::vector<turn_timing> out;
-  for (;;) {
-    auto r = s->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
-    out.push_back({static_cast<uint32_t>(s->col_int(0)), s->col_real(1), s->col_real(2),
-                   static_cast<uint64_t>(s->col_int(3))});
-  }
+  CEDAR_TRY(s->each([&](stmt& row) {
+    out.push_back({static_cast<uint32_t>(row.col_int(0)), row.col_real(1), row.col_real(2),
+                   static_cast<uint64_t>(row.col_int(3))});
+  }));
   return out;
 }
 
@@ -1017,14 +994,11 @@ result<std::vector<store::page_ref>> store::page_refs(session_id id) {
   if (!s) return s.take_err();
   s->bind(1, id);
   std::vector<page_ref> out;
-  for (;;) {
-    auto r = s->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
-    out.push_back({static_cast<uint32_t>(s->col_int(0)), static_cast<uint64_t>(s->col_int(1)),
-                   static_cast<uint32_t>(s->col_int(2)), static_cast<uint32_t>(s->col_int(3)),
-                   s->col_int(4)});
-  }
+  CEDAR_TRY(s->each([&](stmt& row) {
+    out.push_back({static_cast<uint32_t>(row.col_int(0)), static_cast<uint64_t>(row.col_int(1)),
+                   static_cast<uint32_t>(row.col_int(2)), static_cast<uint32_t>(row.col_int(3)),
+                   row.col_int(4)});
+  }));
   return out;
 }
 
@@ -1077,17 +1051,15 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
         "SELECT name, xxh64, bytes FROM checkpoint_aux WHERE session_id=? AND n_turns=? ORDER BY name");
     if (!s) return s.take_err();
     s->bind(1, id).bind(2, int64_t{n_turns});
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      const auto b = s->col_blob(2);
-      if (checksum64(b) != as_u64(s->col_int(1))) {
-        out.aux_errors.push_back("aux '" + s->col_text(0) + "': xxh64 mismatch");
-        continue;
+    CEDAR_TRY(s->each([&](stmt& row) -> status {
+      const auto b = row.col_blob(2);
+      if (checksum64(b) != as_u64(row.col_int(1))) {
+        out.aux_errors.push_back("aux '" + row.col_text(0) + "': xxh64 mismatch");
+        return {};
       }
-      out.aux.push_back({s->col_text(0), std::vector<uint8_t>(b.begin(), b.end())});
-    }
+      out.aux.push_back({row.col_text(0), std::vector<uint8_t>(b.begin(), b.end())});
+      return {};
+    }));
   }
 
   // Pages per source, each verified.
@@ -1096,15 +1068,12 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
       "ORDER BY source_layer");
   if (!srcs) return srcs.take_err();
   srcs->bind(1, id).bind(2, int64_t{n_turns});
-  for (;;) {
-    auto r = srcs->step();
-    if (!r) return r.take_err();
-    if (!*r) break;
+  CEDAR_TRY(srcs->each([&](stmt& row) {
     loaded_source src;
-    src.source_layer = static_cast<uint32_t>(srcs->col_int(0));
-    src.n_entries = static_cast<uint64_t>(srcs->col_int(1));
+    src.source_layer = static_cast<uint32_t>(row.col_int(0));
+    src.n_entries = static_cast<uint64_t>(row.col_int(1));
     out.sources.push_back(std::move(src));
-  }
+  }));
   if (!opt.with_pages) return out;
 
   const page_geometry& g = out.session.geometry;
@@ -1127,36 +1096,33 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
       m.detail = "no page covers entries [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
       src.pages.push_back(std::move(m));
     };
-    for (;;) {
-      auto rr = pages->step();
-      if (!rr) return rr.take_err();
-      if (!*rr) break;
+    CEDAR_TRY(pages->each([&](stmt& row) -> status {
       loaded_page lp;
       lp.source_layer = src.source_layer;
-      lp.first_entry = static_cast<uint64_t>(pages->col_int(0));
-      lp.n_entries = static_cast<uint32_t>(pages->col_int(1));
+      lp.first_entry = static_cast<uint64_t>(row.col_int(0));
+      lp.n_entries = static_cast<uint32_t>(row.col_int(1));
       lp.main_entry_bytes = g.main_entry_bytes;
-      const int64_t page_row = pages->col_int(2);
+      const int64_t page_row = row.col_int(2);
       if (lp.first_entry > covered) missing(covered, lp.first_entry);
       covered = std::max(covered, lp.first_entry + lp.n_entries);
       const std::string where = "kv_pages row " + std::to_string(page_row);
-      if (pages->col_is_null(3) || pages->col_is_null(4) || !file_ok) {
+      if (row.col_is_null(3) || row.col_is_null(4) || !file_ok) {
         // The row is gone, its bytes were lost with the page file, or the file cannot be read.
         lp.status = page_status::missing;
-        lp.detail = pages->col_is_null(3)   ? where + " is gone"
-                    : pages->col_is_null(4) ? where + ": its bytes were lost with the page file"
-                                            : where + ": " + file_ok.err().message;
+        lp.detail = row.col_is_null(3)   ? where + " is gone"
+                    : row.col_is_null(4) ? where + ": its bytes were lost with the page file"
+                                         : where + ": " + file_ok.err().message;
         src.pages.push_back(std::move(lp));
-        continue;
+        return {};
       }
-      const uint64_t offset = static_cast<uint64_t>(pages->col_int(4));
-      const uint64_t n = static_cast<uint64_t>(pages->col_int(5));
-      const uint64_t row_xxh = as_u64(pages->col_int(6));
+      const uint64_t offset = static_cast<uint64_t>(row.col_int(4));
+      const uint64_t n = static_cast<uint64_t>(row.col_int(5));
+      const uint64_t row_xxh = as_u64(row.col_int(6));
       if (n > (uint64_t{1} << 40)) {
         lp.status = page_status::layout_mismatch;
         lp.detail = where + ": file_bytes " + std::to_string(n) + " is not a page size";
         src.pages.push_back(std::move(lp));
-        continue;
+        return {};
       }
       lp.bytes.resize(static_cast<size_t>(n));
       auto got = pages_.read_at(offset, lp.bytes.data(), n);
@@ -1165,7 +1131,7 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
         lp.status = page_status::missing;
         lp.detail = where + ": " + got.err().message;
         src.pages.push_back(std::move(lp));
-        continue;
+        return {};
       }
       lp.bytes.resize(static_cast<size_t>(*got));  // short at the end of the file: truncated
       page_check c = verify_page(lp.bytes, out.session.model_hash, src.source_layer, lp.first_entry,
@@ -1180,7 +1146,8 @@ result<checkpoint_data> store::load_checkpoint(session_id id, uint64_t at_or_bef
                     "): the page there is not the one the row recorded (payload xxh64 differs)";
       }
       src.pages.push_back(std::move(lp));
-    }
+      return {};
+    }));
     pages->reset();
     if (covered < src.n_entries) missing(covered, src.n_entries);
   }
@@ -1236,25 +1203,23 @@ status store::check_invariants(session_id id) {
         "ON k.id=sp.page_id WHERE sp.session_id=? ORDER BY sp.source_layer, sp.first_entry");
     if (!s) return s.take_err();
     s->bind(1, id);
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      const uint32_t src = static_cast<uint32_t>(s->col_int(0));
-      const uint64_t first = static_cast<uint64_t>(s->col_int(1));
-      const uint64_t n = static_cast<uint64_t>(s->col_int(2));
+    CEDAR_TRY(s->each([&](stmt& row) -> status {
+      const uint32_t src = static_cast<uint32_t>(row.col_int(0));
+      const uint64_t first = static_cast<uint64_t>(row.col_int(1));
+      const uint64_t n = static_cast<uint64_t>(row.col_int(2));
       auto& b = boundaries[src];
       if (b.empty()) b.push_back(0);
       if (first != b.back())
         return invariant_error(id, 5, "source " + std::to_string(src) + " has a page at entry " +
                                           std::to_string(first) + " after entry " + std::to_string(b.back()));
-      if (s->col_is_null(4) || s->col_int(4) != src || static_cast<uint64_t>(s->col_int(5)) != first ||
-          static_cast<uint64_t>(s->col_int(6)) != n || as_u64(s->col_int(7)) != info.model_hash ||
-          s->col_int(3) >= int64_t{info.n_turns})
+      if (row.col_is_null(4) || row.col_int(4) != src || static_cast<uint64_t>(row.col_int(5)) != first ||
+          static_cast<uint64_t>(row.col_int(6)) != n || as_u64(row.col_int(7)) != info.model_hash ||
+          row.col_int(3) >= int64_t{info.n_turns})
         return invariant_error(id, 5, "source " + std::to_string(src) + " page at entry " +
                                           std::to_string(first) + " disagrees with its kv_pages row");
       b.push_back(first + n);
-    }
+      return {};
+    }));
   }
   // 6. One checkpoint per turn count, the last at n_tokens, entries on page boundaries.
   {
@@ -1276,21 +1241,20 @@ status store::check_invariants(session_id id) {
     auto s = db_.prepare("SELECT n_turns, source_layer, n_entries FROM checkpoint_sources WHERE session_id=?");
     if (!s) return s.take_err();
     s->bind(1, id);
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      const uint32_t src = static_cast<uint32_t>(s->col_int(1));
-      const uint64_t n = static_cast<uint64_t>(s->col_int(2));
+    CEDAR_TRY(s->each([&](stmt& row) -> status {
+      const uint32_t src = static_cast<uint32_t>(row.col_int(1));
+      const uint64_t n = static_cast<uint64_t>(row.col_int(2));
       const auto it = boundaries.find(src);
       const bool on_boundary =
           n == 0 || (it != boundaries.end() &&
                      std::binary_search(it->second.begin(), it->second.end(), n));
       if (!on_boundary)
-        return invariant_error(id, 6, "checkpoint after " + std::to_string(s->col_int(0)) +
-                                          " turns counts " + std::to_string(n) + " entries of source " +
-                                          std::to_string(src) + ", not the end of a stored page");
-    }
+        return invariant_error(id, 6,
+                               "checkpoint after " + std::to_string(row.col_int(0)) + " turns counts " +
+                                   std::to_string(n) + " entries of source " + std::to_string(src) +
+                                   ", not the end of a stored page");
+      return {};
+    }));
   }
   // 7. No orphan pages (global).
   {
@@ -1309,31 +1273,29 @@ status store::check_invariants(session_id id) {
         "ON k.id=sp.page_id WHERE sp.session_id=? AND k.file_offset IS NOT NULL");
     if (!s) return s.take_err();
     s->bind(1, id);
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      const uint64_t off = static_cast<uint64_t>(s->col_int(1)), n = static_cast<uint64_t>(s->col_int(2));
-      if (off < page_file_header_bytes || n != page_header_bytes + static_cast<uint64_t>(s->col_int(3)) *
-                                                                       info.geometry.entry_bytes())
-        return invariant_error(id, 10, "kv_pages row " + std::to_string(s->col_int(0)) + " at offset " +
-                                           std::to_string(off) + " holds " + std::to_string(n) +
-                                           " bytes, not a page of its entries inside the page file");
-    }
+    CEDAR_TRY(s->each([&](stmt& row) -> status {
+      const uint64_t off = static_cast<uint64_t>(row.col_int(1)), n = static_cast<uint64_t>(row.col_int(2));
+      if (off < page_file_header_bytes ||
+          n != page_header_bytes + static_cast<uint64_t>(row.col_int(3)) * info.geometry.entry_bytes())
+        return invariant_error(id, 10,
+                               "kv_pages row " + std::to_string(row.col_int(0)) + " at offset " +
+                                   std::to_string(off) + " holds " + std::to_string(n) +
+                                   " bytes, not a page of its entries inside the page file");
+      return {};
+    }));
     auto all = db_.prepare(
         "SELECT id, file_offset, file_bytes FROM kv_pages WHERE file_offset IS NOT NULL ORDER BY file_offset");
     if (!all) return all.take_err();
     uint64_t prev_end = page_file_header_bytes;
-    for (;;) {
-      auto r = all->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      const uint64_t off = static_cast<uint64_t>(all->col_int(1));
+    CEDAR_TRY(all->each([&](stmt& row) -> status {
+      const uint64_t off = static_cast<uint64_t>(row.col_int(1));
       if (off < prev_end)
-        return invariant_error(id, 10, "kv_pages row " + std::to_string(all->col_int(0)) + " at offset " +
-                                           std::to_string(off) + " overlaps the page before it");
-      prev_end = off + static_cast<uint64_t>(all->col_int(2));
-    }
+        return invariant_error(id, 10,
+                               "kv_pages row " + std::to_string(row.col_int(0)) + " at offset " +
+                                   std::to_string(off) + " overlaps the page before it");
+      prev_end = off + static_cast<uint64_t>(row.col_int(2));
+      return {};
+    }));
     CEDAR_TRY(ensure_page_file());
     auto size = pages_.size();
     if (!size) return size.take_err();

@@ -36,12 +36,7 @@ status store::move_blobs_to_page_file() {
   {
     auto s = db_.prepare("SELECT id FROM kv_pages ORDER BY id");
     if (!s) return s.take_err();
-    for (;;) {
-      auto r = s->step();
-      if (!r) return r.take_err();
-      if (!*r) break;
-      rows.push_back(s->col_int(0));
-    }
+    CEDAR_TRY(s->each([&](stmt& row) { rows.push_back(row.col_int(0)); }));
   }
   auto get = db_.prepare("SELECT bytes FROM kv_pages WHERE id=?");
   if (!get) return get.take_err();
@@ -225,12 +220,10 @@ result<page_file_stats> store::compact_pages() {
       auto s = db_.prepare(
           "SELECT id, file_offset, file_bytes FROM kv_pages WHERE file_offset IS NOT NULL ORDER BY file_offset");
       if (!s) return s.take_err();
-      for (;;) {
-        auto r = s->step();
-        if (!r) return r.take_err();
-        if (!*r) break;
-        live.push_back({s->col_int(0), static_cast<uint64_t>(s->col_int(1)), static_cast<uint64_t>(s->col_int(2))});
-      }
+      CEDAR_TRY(s->each([&](stmt& row) {
+        live.push_back(
+            {row.col_int(0), static_cast<uint64_t>(row.col_int(1)), static_cast<uint64_t>(row.col_int(2))});
+      }));
     }
     // 1. The live pages, back to back, into a new file with a new id; synced (invariant 9).
     const uint64_t new_id = new_page_file_id();
