@@ -55,6 +55,26 @@ std::string python_float(double d) {
   return sign + m + e;
 }
 
+// The fields of a JSON object as a Python dict holds them: a repeated key keeps its first
+// position and its last value.
+using json_fields = std::vector<std::pair<std::string_view, simdjson::dom::element>>;
+result<json_fields> dict_fields(simdjson::dom::element e) {
+  std::vector<std::pair<std::string_view, simdjson::dom::element>> fields;
+  std::unordered_map<std::string_view, size_t> at;
+  simdjson::dom::object obj;
+  if (e.get_object().get(obj)) return make_error(errc::internal, "json: object expected");
+  for (auto [k, v] : obj) {
+    auto it = at.find(k);
+    if (it != at.end()) {
+      fields[it->second].second = v;
+    } else {
+      at.emplace(k, fields.size());
+      fields.emplace_back(k, v);
+    }
+  }
+  return fields;
+}
+
 result<std::string> dump_element(simdjson::dom::element e) {
   using simdjson::dom::element_type;
   switch (e.type()) {
@@ -85,26 +105,14 @@ result<std::string> dump_element(simdjson::dom::element e) {
       return out + "]";
     }
     case element_type::OBJECT: {
-      // A repeated key keeps its first position and its last value, as a Python dict does.
-      std::vector<std::pair<std::string_view, simdjson::dom::element>> fields;
-      std::unordered_map<std::string_view, size_t> at;
-      simdjson::dom::object obj;
-      if (e.get_object().get(obj)) return make_error(errc::internal, "json: object expected");
-      for (auto [k, v] : obj) {
-        auto it = at.find(k);
-        if (it != at.end()) {
-          fields[it->second].second = v;
-        } else {
-          at.emplace(k, fields.size());
-          fields.emplace_back(k, v);
-        }
-      }
+      auto fields = dict_fields(e);
+      if (!fields) return fields.take_err();
       std::string out = "{";
-      for (size_t i = 0; i < fields.size(); ++i) {
-        auto s = dump_element(fields[i].second);
+      for (size_t i = 0; i < fields->size(); ++i) {
+        auto s = dump_element((*fields)[i].second);
         if (!s) return s;
         if (i) out += ", ";
-        out += json_quote(fields[i].first) + ": " + *s;
+        out += json_quote((*fields)[i].first) + ": " + *s;
       }
       return out + "}";
     }
@@ -199,20 +207,9 @@ result<std::string> render_arguments(const chat_tool_call& c) {
     return make_error(errc::invalid_argument, "tool call '" + c.name + "': arguments are not valid JSON");
   if (!e.is_object())
     return make_error(errc::invalid_argument, "tool call '" + c.name + "': arguments must be a JSON object");
-  // Deduplicate keys as a Python dict would (first position, last value).
-  std::vector<std::pair<std::string_view, simdjson::dom::element>> fields;
-  std::unordered_map<std::string_view, size_t> at;
-  simdjson::dom::object obj;
-  if (e.get_object().get(obj)) return make_error(errc::internal, "json: object expected");
-  for (auto [k, v] : obj) {
-    auto it = at.find(k);
-    if (it != at.end()) {
-      fields[it->second].second = v;
-    } else {
-      at.emplace(k, fields.size());
-      fields.emplace_back(k, v);
-    }
-  }
+  auto deduped = dict_fields(e);
+  if (!deduped) return deduped.take_err();
+  const auto& fields = *deduped;
   std::string out;
   for (size_t i = 0; i < fields.size(); ++i) {
     const bool is_str = fields[i].second.is_string();
