@@ -52,11 +52,11 @@ _ARGS = None
 
 
 def _init_worker(tok_path, recall_chars, max_len, long_frac=0.0, long_chars=(9000, 40000),
-                 long_max_len=12288, copy_weight=1, frequent=()):
+                 long_max_len=12288, copy_weight=1, frequent=(), real_names=0.0):
     global _TOK, _ARGS
     _TOK = bpe.Tokenizer.load(tok_path)
     _ARGS = (tuple(recall_chars), max_len, long_frac, tuple(long_chars), long_max_len,
-             int(copy_weight), frozenset(frequent))
+             int(copy_weight), frozenset(frequent), float(real_names))
     torch.set_num_threads(1)
 
 
@@ -69,14 +69,14 @@ def is_long_recall(seed: int, index: int, long_frac: float) -> bool:
 def _gen_chunk(task):
     """task = (seed, first index, count) -> list of (ids, mask, start, family)."""
     seed, first, count = task
-    rc, max_len, long_frac, long_rc, long_max_len, copy_weight, frequent = _ARGS
+    rc, max_len, long_frac, long_rc, long_max_len, copy_weight, frequent, real_names = _ARGS
     out = []
     for i in range(first, first + count):
         if is_long_recall(seed, i, long_frac):
-            s = data.make_sample(seed, i, "train", "recall", long_rc)
+            s = data.make_sample(seed, i, "train", "recall", long_rc, real_names)
             limit = long_max_len
         else:
-            s = data.make_sample(seed, i, "train", None, rc)
+            s = data.make_sample(seed, i, "train", None, rc, real_names)
             limit = max_len
         ids, mask = data.tokenize_sample(_TOK, s["messages"])
         if len(ids) > limit:
@@ -95,7 +95,7 @@ def frequent_ids(tok, args):
     excepted (a number in the answer is always a copy when the context showed it)."""
     lists = []
     for i in range(COPY_DF_SAMPLES):
-        s = data.make_sample(args.seed, i, "train", None, tuple(args.recall_chars))
+        s = data.make_sample(args.seed, i, "train", None, tuple(args.recall_chars), args.real_names)
         lists.append(data.tokenize_sample(tok, s["messages"])[0])
     return TC.copy_frequent_ids(tok, lists, args.copy_frequent)
 
@@ -112,7 +112,7 @@ class Stream:
         self.inflight = deque()
         self.worker_args = (args.tokenizer, args.recall_chars, args.max_len, args.long_recall_frac,
                             args.long_recall_train_chars, args.long_max_len, args.copy_weight,
-                            tuple(sorted(frequent)))
+                            tuple(sorted(frequent)), args.real_names)
         if args.workers > 0:
             self.pool = mp.get_context("fork").Pool(args.workers, _init_worker,
                                                     self.worker_args)
@@ -185,6 +185,10 @@ def main(argv=None) -> int:
     ap.add_argument("--copy-frequent", type=float, default=0.1, metavar="F",
                     help="with --copy-weight: ids in more than this fraction of %d train samples of the "
                          "run's seed count as frequent, never as copies" % COPY_DF_SAMPLES)
+    ap.add_argument("--real-names", type=float, default=0.0, metavar="P",
+                    help="share (0..1) of the train data's drawn words that are real file, folder and "
+                         "note names (data.REAL_STEMS: app-style names people use) instead of made-up "
+                         "ones; also adds weekday and 'files here' requests (default 0: off)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--gamma", type=float, default=1e-3, help="MoE bias update speed")
     ap.add_argument("--dense-frac", type=float, default=0.12, help="stage A share")
@@ -243,6 +247,8 @@ def main(argv=None) -> int:
         ap.error(f"--kl-teacher-topk {args.kl_teacher_topk}: a number of entries >= 0 (0: off)")
     if args.checkpoint_minutes < 0:
         ap.error(f"--checkpoint-minutes {args.checkpoint_minutes}: a number of minutes >= 0 (0: off)")
+    if not 0.0 <= args.real_names <= 1.0:
+        ap.error(f"--real-names {args.real_names}: a share from 0 to 1")
     if not 1 <= args.copy_weight <= 255:
         ap.error(f"--copy-weight {args.copy_weight}: a loss weight from 1 (off) to 255")
     if not 0.0 < args.copy_frequent <= 1.0:
@@ -302,6 +308,9 @@ def run(rank, world, args) -> int:
         frequent = frequent_ids(tok, args)
         log(f"copy weight {args.copy_weight}: {len(frequent)} frequent ids "
             f"(in > {args.copy_frequent:.0%} of {COPY_DF_SAMPLES} samples) never count as copies")
+    if args.real_names > 0:
+        log(f"real names: {args.real_names:.0%} of the train data's drawn words are real file, "
+            f"folder and note names ({len(data.real_pool('train'))} stems)")
     stream = Stream(args, rank, world, frequent)  # fork the data workers before CUDA is initialised
     parallel = None
     if world > 1:

@@ -10,6 +10,7 @@ import datetime
 import difflib
 import hashlib
 import json
+import os
 import random
 import re
 import unittest
@@ -364,6 +365,66 @@ class TrainBreadthTest(unittest.TestCase):
                 self.assertGreater(with_day, 5)
             else:
                 self.assertEqual(with_day, 0)
+
+    def test_real_names_are_train_only_and_off_by_default(self):
+        """make_sample(..., real_names=P) draws English file, folder and note names (session 30):
+        off by default (the stream of a seed unchanged), ignored in held-out, out-of-range
+        shares refused; at 0.5 many file stems are real names, never an everyday task's name or
+        a held-out real stem; the weekday and "here" requests come with them."""
+        for i in range(5):
+            self.assertEqual(data.make_sample(11, i, "train"),
+                             data.make_sample(11, i, "train", None, (1500, 9000), 0.0))
+            self.assertEqual(data.make_sample(11, i, "heldout"),
+                             data.make_sample(11, i, "heldout", None, (1500, 9000), 0.5))
+        for bad in (-0.1, 1.5):
+            with self.assertRaises(ValueError):
+                data.make_sample(11, 0, "train", None, (1500, 9000), bad)
+        train_pool, held_pool = set(data.real_pool("train")), set(data.real_pool("heldout"))
+        self.assertFalse(train_pool & held_pool)
+        self.assertTrue(data.EVERYDAY_NAMES & set(data.REAL_STEMS) <= held_pool)
+        self.assertGreater(len(train_pool), 150)
+        real = total = weekday = here = 0
+        for i in range(300):
+            s = data.make_sample(12, i, "train", "single", (300, 900), 0.5)
+            for m in s["messages"]:
+                if m["role"] == "user":
+                    weekday += m["content"] in data.WEEKDAY_Q or any(q in m["content"] for q in data.WEEKDAY_Q)
+                    here += any(q in m["content"] for q in data.LIST_ROOT_Q)
+            for path in list(s["world"]["files"]) + list(s["world"]["notes"]):
+                for part in re.split(r"[/.]", path)[:-1] if "." in path else [path]:
+                    total += 1
+                    words = [w for w in re.split(r"[_-]|\d+", part) if w]
+                    if words and all(w in train_pool for w in words):
+                        real += 1
+                    self.assertFalse(set(words) & held_pool, path)
+                    self.assertNotIn(part, data.EVERYDAY_NAMES, path)
+        self.assertGreater(real, 0.25 * total)
+        self.assertLess(real, 0.75 * total)
+        self.assertGreater(weekday, 3)
+        self.assertGreater(here, 3)
+        # every sample still answers what it is graded on
+        for i in range(60):
+            s = data.make_sample(13, i, "train", None, (300, 900), 0.5)
+            self.assertIn(str(s["expect"]), s["messages"][-1]["content"], s["id"])
+
+    def test_everyday_tasks_use_no_trained_name(self):
+        """tests/eval/everyday.jsonl (make_everyday_tasks.py, the same bytes) names no file,
+        folder or note with a real name of the train pool."""
+        import make_everyday_tasks as E
+        path = os.path.join(os.environ.get("CEDAR_SOURCE_DIR", "../.."), "tests", "eval", "everyday.jsonl")
+        with open(path) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(lines, [json.dumps(t, ensure_ascii=False) for t in E.tasks()])
+        train_pool = set(data.real_pool("train"))
+        names = 0
+        for t in map(json.loads, lines):
+            for key in list(t.get("files", {})) + list(t.get("notes", {})):
+                for part in key.split("/"):
+                    stem = part.rsplit(".", 1)[0]
+                    names += 1
+                    self.assertNotIn(stem, train_pool, key)
+                    self.assertIn(stem, data.EVERYDAY_NAMES, key)
+        self.assertGreater(names, 20)
 
     def test_train_wrappers_vary_user_messages(self):
         samples = [data.make_sample(4, i, "train", None, (300, 900)) for i in range(150)]

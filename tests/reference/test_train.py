@@ -509,7 +509,7 @@ class TrainTest(unittest.TestCase):
         from cedar_ref import bpe
         tokp = os.path.join(_paths.ROOT, "model", "weights", "cedar-agent-tiny", "tokenizer.json")
         tok = bpe.Tokenizer.load(tokp)
-        args = types.SimpleNamespace(seed=5, recall_chars=[1500, 2000], copy_frequent=0.1)
+        args = types.SimpleNamespace(seed=5, recall_chars=[1500, 2000], copy_frequent=0.1, real_names=0.0)
         old = train.COPY_DF_SAMPLES
         train.COPY_DF_SAMPLES = 60
         try:
@@ -640,10 +640,11 @@ class TrainTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "checkpoint.tmp"), "w") as f:  # a file where a folder must go
                 f.write("in the way")
-            r = train_py(d, 1, "--kl-teacher-topk", "16", "--copy-weight", "4")
+            r = train_py(d, 1, "--kl-teacher-topk", "16", "--copy-weight", "4", "--real-names", "0.5")
             self.assertEqual(r.returncode, 0, r.stderr[-2000:])
             self.assertIn("checkpoint of step 1 failed", r.stderr)
             self.assertRegex(r.stderr, r"copy weight 4: \d+ frequent ids")  # the copy-focused loss
+            self.assertRegex(r.stderr, r"real names: 50% of the train data's drawn words .* \(\d+ stems\)")
             self.assertRegex(r.stderr, r"sel-mass 2:[01]\.\d\d 4:")  # the teacher's check, logged
             with open(os.path.join(d, "indexer.png"), "rb") as f:  # ... and drawn
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
@@ -655,7 +656,8 @@ class TrainTest(unittest.TestCase):
         # bad copy-weight options: a usage error naming the option, before any work
         with tempfile.TemporaryDirectory() as d:
             for extra, msg in ((("--copy-weight", "300"), "--copy-weight 300"),
-                               (("--copy-weight", "2", "--copy-frequent", "0"), "--copy-frequent 0.0")):
+                               (("--copy-weight", "2", "--copy-frequent", "0"), "--copy-frequent 0.0"),
+                               (("--real-names", "1.5"), "--real-names 1.5")):
                 r = train_py(d, 1, *extra)
                 self.assertEqual(r.returncode, 2, r.stderr[-2000:])
                 self.assertIn(msg, r.stderr)

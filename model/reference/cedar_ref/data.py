@@ -410,12 +410,64 @@ def _pool_of(word: str) -> str:
     return "heldout" if zlib.crc32(word.encode()) % 5 == 0 else "train"
 
 
+# Real names (session 30). Every pool above draws made-up words (steamgolshex.conf), and the
+# shipped model copied none of the names people use: `cedar run "What's in app.conf?"` read
+# "wapth: 2" (tests/eval/everyday.jsonl: 9 of 34 everyday requests right, most by luck). Train
+# samples made with make_sample(..., real_names=P) draw each word from these English file, folder
+# and note names with probability P, alone, joined ("db_backup", "api-keys") or numbered
+# ("report2031", "build-7"). A fifth of them (by crc32, as _pool_of) and every name of the
+# everyday tasks (EVERYDAY_NAMES, model/reference/make_everyday_tasks.py) are never trained on.
+REAL_STEMS = [
+    "access", "account", "accounts", "admin", "agent", "alerts", "alpha", "analytics", "api",
+    "archive", "assets", "audio", "audit", "auth", "avatar", "balance", "bank", "base", "batch",
+    "beta", "billing", "bills", "blog", "board", "books", "boot", "branch", "bucket", "bugs",
+    "build", "bundle", "cache", "calendar", "camera", "campaign", "car", "cards", "cart", "chat",
+    "checkout", "chores", "city", "class", "client", "cloud", "cluster", "code", "colors",
+    "common", "config", "console", "core", "course", "credits", "cron", "css", "customers",
+    "daily", "dashboard", "data", "debug", "default", "demo", "deps", "desk", "dev", "diary",
+    "dinner", "disk", "dns", "doctor", "domain", "drafts", "drive", "editor", "email", "engine",
+    "env", "events", "exams", "export", "family", "feed", "files", "finance", "flags", "fleet",
+    "flights", "fonts", "forms", "frontend", "game", "gateway", "gifts", "git", "goals", "grades",
+    "graph", "grid", "health", "help", "history", "holiday", "home", "hooks", "host", "hotel",
+    "ideas", "images", "import", "inbox", "index", "infra", "input", "jobs", "journal", "keys",
+    "kitchen", "lab", "lang", "launch", "layout", "leads", "lessons", "library", "links", "lists",
+    "loans", "local", "logs", "lunch", "mail", "main", "maps", "market", "media", "meeting",
+    "members", "menu", "metrics", "migrate", "mobile", "model", "modules", "money", "monitor",
+    "movies", "music", "network", "news", "node", "office", "orders", "output", "packages",
+    "pages", "passwords", "payments", "payroll", "people", "pets", "phone", "photos", "pipeline",
+    "plan", "plants", "players", "plugins", "policy", "pool", "portal", "posts", "prod",
+    "profile", "project", "proxy", "public", "queue", "quotes", "rates", "readme", "receipts",
+    "records", "release", "remote", "reports", "repos", "reviews", "roles", "routes", "rules",
+    "runner", "sales", "school", "scores", "scripts", "search", "secrets", "service", "session",
+    "setup", "shared", "shop", "shopping", "site", "sprint", "stats", "status", "stock",
+    "storage", "store", "sync", "system", "tasks", "taxes", "teams", "temp", "test", "tickets",
+    "timer", "tools", "tracks", "trips", "update", "upload", "users", "vault", "vendor", "video",
+    "wallet", "weather", "web", "weekly", "work", "worker", "workout", "yard", "zone"]
+EVERYDAY_NAMES = frozenset([
+    "app", "server", "database", "prices", "budget", "invoices", "march", "docs", "guide", "faq",
+    "deploy", "settings", "wifi", "rent", "gym", "todo", "groceries", "printer", "backup", "nginx",
+    "staging", "dentist", "parking", "recipes", "pancakes", "team", "contacts", "locker", "garage",
+    "config", "notes", "gym_time"])
+
+
+def real_pool(split: str) -> List[str]:
+    """The real names of a split: train never holds an everyday name or a crc32-held-out one."""
+    return [w for w in REAL_STEMS
+            if (w in EVERYDAY_NAMES or _pool_of(w) == "heldout") == (split == "heldout")]
+
+
+_REAL_TRAIN = real_pool("train")
+
+
 class Values:
     """Draws the varying values of one sample from the split's pools."""
 
-    def __init__(self, rng: random.Random, split: str):
+    def __init__(self, rng: random.Random, split: str, real_names: float = 0.0):
         self.r = rng
         self.split = split
+        # train only: the share of word() draws that are real names (no draw at all when 0, so
+        # the stream of a seed is the one it always was)
+        self.real_names = real_names if split == "train" else 0.0
         names = [n for i, n in enumerate(NAMES) if (i % 5 == 0) == (split == "heldout")]
         cities = [c for i, c in enumerate(CITIES) if (i % 5 == 0) == (split == "heldout")]
         items = [c for i, c in enumerate(ITEMS) if (i % 5 == 0) == (split == "heldout")]
@@ -427,11 +479,25 @@ class Values:
 
     def word(self, syll=None):
         r = self.r
+        if self.real_names > 0 and syll is None and r.random() < self.real_names:
+            return self.real_name()
         while True:
             n = syll or r.choice([2, 2, 3])
             w = "".join(r.choice(_ONSETS) + r.choice(_VOWELS) + r.choice(_CODAS) for _ in range(n))
             if 4 <= len(w) <= 12 and _pool_of(w) == self.split:
                 return w
+
+    def real_name(self):
+        """A train real name: one word (60%), two joined by '_' or '-' (20%), or a word and a
+        number (20%)."""
+        r = self.r
+        w, x = r.choice(_REAL_TRAIN), r.random()
+        if x < 0.6:
+            return w
+        if x < 0.8:
+            return w + r.choice("_-") + r.choice(_REAL_TRAIN)
+        n = r.choice([r.randint(1, 9), r.randint(10, 99), r.randint(2000, 2035)])
+        return w + r.choice(["", "", "-", "_"]) + str(n)
 
     def num(self, lo=2, hi=None):
         """Log-uniform integer in [lo, hi]."""
@@ -1440,6 +1506,16 @@ PRICE_LOOKUP_A = ["{it} cost {p} each.", "The price of {it} is {p}.", "{p} per i
                   "{f} lists {it} at {p}.", "{it}: {p}.", "One costs {p}."]
 
 
+# Train only, with real names: the weekday asked for, and the workspace root called "here".
+WEEKDAY_Q = ["Which weekday is it?", "What weekday is today?", "Tell me the day of the week.",
+             "Is it a weekday? Which day is it?", "Which day of the week are we on?",
+             "What's the weekday today?"]
+WEEKDAY_A = ["It is {day}.", "Today is {day}.", "{day} ({v}).", "It's {day}: {v}."]
+LIST_ROOT_Q = ["What files are here?", "List the files in this folder.", "What's in the current directory?",
+               "Show me the files.", "Which files do I have?", "List everything in the workspace.",
+               "what files do we have here", "Show me this directory."]
+
+
 def fam_single(s: Session, v: Values):
     r = v.r
     kind = r.choice(["calc", "calc", "clock", "read", "field", "list", "note"]
@@ -1477,6 +1553,13 @@ def fam_single(s: Session, v: Values):
         s.answer(tpl(r, s.split, "calc_a").format(e=e, v=res))
         return val
     if kind == "clock":
+        # with real names (train): a third of the clock reads that carry the weekday ask for it
+        if v.real_names > 0 and s.world["now"].endswith(")") and r.random() < 0.33:
+            s.user(r.choice(WEEKDAY_Q))
+            res = s.call([("clock", {})])[0]
+            day = res.rsplit("(", 1)[-1].rstrip(")")
+            s.answer(r.choice(WEEKDAY_A).format(day=day, v=res))
+            return day
         s.user(tpl(r, s.split, "clock_q"))
         res = s.call([("clock", {})])[0]
         s.answer(tpl(r, s.split, "clock_a").format(v=res))
@@ -1499,7 +1582,10 @@ def fam_single(s: Session, v: Values):
         paths = _populate_fs(v, s.world, r.randint(2, 6))
         d = r.choice(sorted({p.rsplit("/", 1)[0] if "/" in p else "" for p in paths}))
         shown = s.show_path(d) if d else (MCP_ROOT if s.mcp else "the workspace root")
-        s.user(tpl(r, s.split, "list_q").format(d=shown))
+        if v.real_names > 0 and not d and not s.mcp and r.random() < 0.5:
+            s.user(r.choice(LIST_ROOT_Q))  # "here", as people say it (train, real names)
+        else:
+            s.user(tpl(r, s.split, "list_q").format(d=shown))
         res = s.call([s.list_call(d)])[0]
         names = [ln.split(" ", 1)[-1] if s.mcp else ln for ln in res.split("\n")]
         s.answer(ttpl(r, s.split, "list_a").format(x=", ".join(names), d=shown, n=len(names)))
@@ -2102,12 +2188,15 @@ FAMILIES = list(FAMILY_WEIGHTS)
 
 
 def make_sample(seed: int, index: int, split: str = "train", family: Optional[str] = None,
-                recall_chars: Tuple[int, int] = (1500, 9000)) -> Dict[str, Any]:
-    """One deterministic sample. recall_chars: range of the recall distance in characters."""
+                recall_chars: Tuple[int, int] = (1500, 9000), real_names: float = 0.0) -> Dict[str, Any]:
+    """One deterministic sample. recall_chars: range of the recall distance in characters.
+    real_names (train only): the share of drawn words that are real names (REAL_STEMS)."""
     if split not in ("train", "heldout"):
         raise ValueError(f"split {split!r}: expected 'train' or 'heldout'")
+    if not 0.0 <= real_names <= 1.0:
+        raise ValueError(f"real_names {real_names}: expected a share from 0 to 1")
     r = random.Random(f"{seed}/{split}/{index}")
-    v = Values(r, split)
+    v = Values(r, split, real_names)
     if family is None:
         family = r.choices(FAMILIES, weights=[FAMILY_WEIGHTS[f] for f in FAMILIES])[0]
     if family not in FAMILY_WEIGHTS:
