@@ -370,7 +370,7 @@ class TrainBreadthTest(unittest.TestCase):
         """make_sample(..., real_names=P) draws English file, folder and note names (session 30):
         off by default (the stream of a seed unchanged), ignored in held-out, out-of-range
         shares refused; at 0.5 many file stems are real names, never an everyday task's name or
-        a held-out real stem; the weekday and "here" requests come with them."""
+        a held-out real stem; the weekday, "here" and worded arithmetic requests come with them."""
         for i in range(5):
             self.assertEqual(data.make_sample(11, i, "train"),
                              data.make_sample(11, i, "train", None, (1500, 9000), 0.0))
@@ -383,13 +383,14 @@ class TrainBreadthTest(unittest.TestCase):
         self.assertFalse(train_pool & held_pool)
         self.assertTrue(data.EVERYDAY_NAMES & set(data.REAL_STEMS) <= held_pool)
         self.assertGreater(len(train_pool), 150)
-        real = total = weekday = here = 0
-        for i in range(300):
+        real = total = weekday = here = worded = 0
+        for i in range(800):
             s = data.make_sample(12, i, "train", "single", (300, 900), 0.5)
             for m in s["messages"]:
                 if m["role"] == "user":
                     weekday += m["content"] in data.WEEKDAY_Q or any(q in m["content"] for q in data.WEEKDAY_Q)
                     here += any(q in m["content"] for q in data.LIST_ROOT_Q)
+                    worded += bool(re.search(r"squared|Add up|boxes of|divided by|gave away", m["content"]))
             for path in list(s["world"]["files"]) + list(s["world"]["notes"]):
                 for part in re.split(r"[/.]", path)[:-1] if "." in path else [path]:
                     total += 1
@@ -402,6 +403,7 @@ class TrainBreadthTest(unittest.TestCase):
         self.assertLess(real, 0.75 * total)
         self.assertGreater(weekday, 3)
         self.assertGreater(here, 3)
+        self.assertGreater(worded, 10)  # arithmetic asked in words
         # every sample still answers what it is graded on
         for i in range(60):
             s = data.make_sample(13, i, "train", None, (300, 900), 0.5)

@@ -507,6 +507,12 @@ class Values:
 
     def code(self):
         r = self.r
+        if self.real_names > 0 and r.random() < self.real_names:
+            # codes as people write them (train, real names): "LH 438", "LH438", "lh-438", "X7-22"
+            a = "".join(r.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(r.choice([1, 2, 2, 3])))
+            n = str(r.randint(1, 9999))
+            f = r.choice([a + " " + n, a + n, a.lower() + "-" + n, a + str(r.randint(1, 9)) + "-" + n])
+            return f
         return "".join(r.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(2)) + "-" + str(r.randint(100, 9999))
 
     def date(self):
@@ -1547,6 +1553,12 @@ def fam_single(s: Session, v: Values):
         s.answer(ttpl(r, s.split, "search_a").format(r=res))
         return res.split("\n")[0]
     if kind == "calc":
+        if v.real_names > 0 and r.random() < 0.35:
+            e, q = _worded_calc(v)
+            s.user(q)
+            res = s.call([("calculator", {"expression": e})])[0]
+            s.answer(tpl(r, s.split, "calc_a").format(e=e, v=res))
+            return res
         e, val = _expr(v, hard=r.random() < 0.4)
         s.user(tpl(r, s.split, "calc_q").format(e=e))
         res = s.call([("calculator", {"expression": e})])[0]
@@ -1597,6 +1609,43 @@ def fam_single(s: Session, v: Values):
     res = s.call([("notes_read", {"key": k})])[0]
     s.answer(ttpl(r, s.split, "note_read_a").format(k=k, r=res))
     return val
+
+
+def _worded_calc(v: Values):
+    """Train, with real names: arithmetic asked in words -> (expression, request)."""
+    r = v.r
+    a, b, c = v.num(2, 999), v.num(2, 999), v.num(2, 999)
+    it = v.pick(v.items)
+    kind = r.randrange(8)
+    if kind == 0:
+        return f"{a} + {b} + {c}", r.choice(["Add up {a}, {b} and {c}.", "What is the total of {a}, {b} and {c}?",
+                                             "Sum {a}, {b} and {c} for me.", "{a} plus {b} plus {c}?"]).format(a=a, b=b, c=c)
+    if kind == 1:
+        return f"{a} * {b}", r.choice(["How much is {a} times {b}?", "Multiply {a} by {b}.", "{a} times {b}, please.",
+                                       "what is {a} multiplied by {b}"]).format(a=a, b=b)
+    if kind == 2:
+        q = v.num(2, 99)
+        return f"{a * q} / {q}", r.choice(["Divide {t} by {q}.", "What is {t} divided by {q}?", "{t} over {q}?",
+                                           "How many times does {q} go into {t}?"]).format(t=a * q, q=q)
+    if kind == 3:
+        hi, lo = max(a, b) + 1, min(a, b)
+        return f"{hi} - {lo}", r.choice(["What is {hi} minus {lo}?", "Subtract {lo} from {hi}.",
+                                         "What's the difference between {hi} and {lo}?", "Take {lo} away from {hi}."]).format(hi=hi, lo=lo)
+    if kind == 4:
+        n, per = v.num(2, 60), v.num(2, 200)
+        return f"{n} * {per}", r.choice(["I have {n} boxes of {per} {it}. How many {it} is that in total?",
+                                         "There are {n} packs with {per} {it} each. How many {it} altogether?",
+                                         "{n} crates hold {per} {it} each; how many {it} in all?"]).format(n=n, per=per, it=it)
+    if kind == 5:
+        n, each = v.num(2, 40), v.num(2, 300)
+        return f"{n * each} / {n}", r.choice(["{t} {it} are shared equally by {n} people. How many does each get?",
+                                              "Split {t} {it} evenly into {n} groups. How many per group?"]).format(t=n * each, n=n, it=it)
+    if kind == 6:
+        hi, lo = max(a, b) + 1, min(a, b)
+        return f"{hi} - {lo}", r.choice(["I had {hi} {it} and gave away {lo}. How many are left?",
+                                         "Of {hi} {it}, {lo} were sold. How many remain?"]).format(hi=hi, lo=lo, it=it)
+    x = v.num(2, 99)
+    return f"{x} * {x}", r.choice(["What is {x} squared?", "Square {x}.", "{x} to the power of two?"]).format(x=x)
 
 
 # Train: half of the price chains quote the asked item's line ("valves: 107") before the
