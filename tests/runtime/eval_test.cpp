@@ -163,6 +163,19 @@ TEST(EvalTasks, CommittedTaskFilesParse) {
     }
     EXPECT_EQ(seen, families) << name;
   }
+  // The hand-written everyday requests (make_everyday_tasks.py): real names, every built-in
+  // tool offered and no system prompt, as `cedar run` does.
+  auto e = load_eval_tasks(src("tests/eval/everyday.jsonl"));
+  ASSERT_TRUE(e.ok()) << e.err().message;
+  EXPECT_GE(e->size(), 30u);
+  std::set<std::string> kinds;
+  for (const auto& t : *e) {
+    kinds.insert(t.family);
+    EXPECT_FALSE(t.has_system) << t.id;
+    EXPECT_EQ(t.tools.size(), 6u) << t.id;
+    EXPECT_TRUE(t.clock.has_value()) << t.id;
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"calc", "clock", "file", "list", "note", "chain", "multi", "error", "notool"}));
 }
 
 // The committed files' expects (make_eval_tasks.py expect_of) find the value only as a whole
@@ -170,7 +183,8 @@ TEST(EvalTasks, CommittedTaskFilesParse) {
 // tests/eval/ci.jsonl (seed 2002); Python's re checks the same patterns in
 // tests/reference/test_make_eval_tasks.py.
 TEST(EvalTasks, CommittedExpectsMatchWholeTokensOnly) {
-  for (const char* name : {"tests/eval/ci.jsonl", "tests/eval/heldout.jsonl", "tests/eval/recall8k.jsonl"}) {
+  for (const char* name : {"tests/eval/ci.jsonl", "tests/eval/heldout.jsonl", "tests/eval/recall8k.jsonl",
+                           "tests/eval/everyday.jsonl"}) {
     auto r = load_eval_tasks(src(name));
     ASSERT_TRUE(r.ok()) << r.err().message;
     for (const auto& t : *r) EXPECT_FALSE(t.expect.regex.empty()) << name << ": " << t.id;
