@@ -370,7 +370,8 @@ class TrainBreadthTest(unittest.TestCase):
         """make_sample(..., real_names=P) draws English file, folder and note names (session 30):
         off by default (the stream of a seed unchanged), ignored in held-out, out-of-range
         shares refused; at 0.5 many file stems are real names, never an everyday task's name or
-        a held-out real stem; the weekday, "here" and worded arithmetic requests come with them."""
+        a held-out real stem; the weekday, "here", worded arithmetic and misspelled-file requests come
+        with them."""
         for i in range(5):
             self.assertEqual(data.make_sample(11, i, "train"),
                              data.make_sample(11, i, "train", None, (1500, 9000), 0.0))
@@ -404,6 +405,19 @@ class TrainBreadthTest(unittest.TestCase):
         self.assertGreater(weekday, 3)
         self.assertGreater(here, 3)
         self.assertGreater(worded, 10)  # arithmetic asked in words
+        # a misspelled file: the failed read, the listing of the root, the file it shows
+        typos = 0
+        for i in range(200):
+            s = data.make_sample(16, i, "train", "error", (300, 900), 0.5)
+            calls = [tc["function"] for m in s["messages"] for tc in m.get("tool_calls", [])]
+            reads = [c["arguments"]["path"] for c in calls if c["name"] in ("file_read", data.MCP_PREFIX + "read_text_file")]
+            if len(reads) == 2 and any(c["name"] in ("file_list", data.MCP_PREFIX + "list_directory") for c in calls):
+                wrong, right = (p.rsplit("/", 1)[-1] for p in reads)
+                if wrong != right and difflib.SequenceMatcher(None, wrong, right).ratio() > 0.75:
+                    typos += 1
+                    self.assertNotIn(wrong, [p.rsplit("/", 1)[-1] for p in s["world"]["files"]])
+                    self.assertIn(right, [p.rsplit("/", 1)[-1] for p in s["world"]["files"]])
+        self.assertGreater(typos, 10)
         # every sample still answers what it is graded on
         for i in range(60):
             s = data.make_sample(13, i, "train", None, (300, 900), 0.5)

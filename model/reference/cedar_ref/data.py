@@ -1895,8 +1895,67 @@ def _err_path_train(s: Session, v: Values, kind: str):
     return kv[k]
 
 
+# Train, with real names: the user misspells a file at the root ("apps.conf" for "app.conf"); the
+# read fails, the root is listed, and the model reads the file the listing shows.
+TYPO_READ_Q = ["Read {f}.", "What's in {f}?", "Open {f}, please.", "Show me {f}."]
+TYPO_FIELD_Q = ["What is the {k} in {f}?", "Which {k} does {f} set?", "Check {f} for the {k}."]
+TYPO_READ_A = ["There is no {t}, but {f} says:\n{r}", "{t} does not exist; {f} reads:\n{r}"]
+TYPO_FIELD_A = ["There is no {t}; {f} has {k} = {val}.", "{t} does not exist, but {f} sets {k} to {val}.",
+                "The {k} in {f} is {val}."]
+
+
+def _typo(r: random.Random, stem: str) -> str:
+    """A misspelling of stem: a letter added, dropped or doubled, two swapped, or '_'/'-' swapped."""
+    for _ in range(8):
+        i = r.randrange(len(stem))
+        kind = r.randrange(5)
+        if kind == 0:
+            t = stem + "s"
+        elif kind == 1 and len(stem) > 3:
+            t = stem[:i] + stem[i + 1:]
+        elif kind == 2:
+            t = stem[:i] + stem[i] + stem[i:]
+        elif kind == 3 and i + 1 < len(stem):
+            t = stem[:i] + stem[i + 1] + stem[i] + stem[i + 2:]
+        else:
+            t = stem.replace("_", "-") if "_" in stem else stem.replace("-", "_") if "-" in stem else stem + "s"
+        if t != stem:
+            return t
+    return stem + "s"
+
+
+def _err_typo_train(s: Session, v: Values):
+    r = v.r
+    text, kv = _config_file(v, graded=True)
+    stem = v.word()
+    name = stem + ".conf"
+    s.world["files"][name] = text
+    for _ in range(r.randint(0, 3)):
+        s.world["files"].setdefault(v.filename(), _prose_file(v, 2))
+    typo = _typo(r, stem) + ".conf"
+    if typo in s.world["files"]:
+        del s.world["files"][typo]
+    f, t = s.show_path(name), s.show_path(typo)
+    if r.random() < 0.5:
+        k = r.choice(list(kv))
+        s.user(r.choice(TYPO_FIELD_Q).format(f=t, k=k))
+        s.call([s.read_call(typo)])
+        s.call([s.list_call("")])
+        s.call([s.read_call(name)])
+        s.answer(r.choice(TYPO_FIELD_A).format(t=t, f=f, k=k, val=kv[k]))
+        return kv[k]
+    s.user(r.choice(TYPO_READ_Q).format(f=t))
+    s.call([s.read_call(typo)])
+    s.call([s.list_call("")])
+    res = s.call([s.read_call(name)])[0]
+    s.answer(r.choice(TYPO_READ_A).format(t=t, f=f, r=res))
+    return text.split("\n")[0]
+
+
 def fam_error(s: Session, v: Values):
     r = v.r
+    if s.split == "train" and v.real_names > 0 and r.random() < 0.2:
+        return _err_typo_train(s, v)
     if s.split == "train":
         kinds = [k for k in _ERROR_TRAIN_KINDS if k != "root" or s.mcp]
         kind = r.choices(kinds, weights=[_ERROR_TRAIN_KINDS[k] for k in kinds])[0]
