@@ -423,6 +423,25 @@ class TrainBreadthTest(unittest.TestCase):
             s = data.make_sample(13, i, "train", None, (300, 900), 0.5)
             self.assertIn(str(s["expect"]), s["messages"][-1]["content"], s["id"])
 
+    def test_gen_data_draws_real_names_when_asked(self):
+        """gen_data.py --real-names P (the tokenizer corpus of a retrain): the train samples it
+        writes name real files; a share outside 0..1 is a usage error naming the option."""
+        import subprocess
+        import sys
+        gen = os.path.join(_paths.REF_DIR, "gen_data.py")
+        r = subprocess.run([sys.executable, gen, "--n", "40", "--seed", "3", "--family", "single",
+                            "--real-names", "0.6", "--out", "-"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-1000:])
+        pool = set(data.real_pool("train"))
+        stems = [p.rsplit("/", 1)[-1].rsplit(".", 1)[0] for line in r.stdout.splitlines()
+                 for p in json.loads(line)["world"]["files"]]
+        self.assertTrue(stems)
+        self.assertTrue(any(st in pool for st in stems), stems[:10])
+        r = subprocess.run([sys.executable, gen, "--n", "1", "--real-names", "1.5", "--out", "-"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--real-names 1.5", r.stderr)
+
     def test_everyday_tasks_use_no_trained_name(self):
         """tests/eval/everyday.jsonl (make_everyday_tasks.py, the same bytes) names no file,
         folder or note with a real name of the train pool."""
