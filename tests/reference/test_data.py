@@ -380,6 +380,9 @@ class TrainBreadthTest(unittest.TestCase):
         for bad in (-0.1, 1.5):
             with self.assertRaises(ValueError):
                 data.make_sample(11, 0, "train", None, (1500, 9000), bad)
+        import make_eval_tasks
+        for w in data.REAL_STEMS + sorted(data.EVERYDAY_NAMES):  # no name the unfinished-work check flags
+            self.assertIsNone(make_eval_tasks._FLAGGED.search(w), w)
         train_pool, held_pool = set(data.real_pool("train")), set(data.real_pool("heldout"))
         self.assertFalse(train_pool & held_pool)
         self.assertTrue(data.EVERYDAY_NAMES & set(data.REAL_STEMS) <= held_pool)

@@ -445,7 +445,7 @@ REAL_STEMS = [
     "wallet", "weather", "web", "weekly", "work", "worker", "workout", "yard", "zone"]
 EVERYDAY_NAMES = frozenset([
     "app", "server", "database", "prices", "budget", "invoices", "march", "docs", "guide", "faq",
-    "deploy", "settings", "wifi", "rent", "gym", "todo", "groceries", "printer", "backup", "nginx",
+    "deploy", "settings", "wifi", "rent", "gym", "groceries", "printer", "backup", "nginx",
     "staging", "dentist", "parking", "recipes", "pancakes", "team", "contacts", "locker", "garage",
     "config", "notes", "gym_time"])
 
