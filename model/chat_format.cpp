@@ -59,7 +59,7 @@ std::string python_float(double d) {
 // position and its last value.
 using json_fields = std::vector<std::pair<std::string_view, simdjson::dom::element>>;
 result<json_fields> dict_fields(simdjson::dom::element e) {
-  std::vector<std::pair<std::string_view, simdjson::dom::element>> fields;
+  json_fields fields;
   std::unordered_map<std::string_view, size_t> at;
   simdjson::dom::object obj;
   if (e.get_object().get(obj)) return make_error(errc::internal, "json: object expected");

@@ -110,9 +110,13 @@ def main(argv=None) -> int:
                                                   "..", "..", "tests", "eval", "everyday.jsonl"))
     args = ap.parse_args(argv)
     ts = tasks()
-    with open(args.out, "w") as f:
-        for t in ts:
-            f.write(json.dumps(t, ensure_ascii=False) + "\n")
+    try:
+        with open(args.out, "w") as f:
+            for t in ts:
+                f.write(json.dumps(t, ensure_ascii=False) + "\n")
+    except OSError as e:
+        print(f"make_everyday_tasks: cannot write {args.out}: {e.strerror}", file=sys.stderr)
+        return 1
     print(f"wrote {len(ts)} tasks to {os.path.normpath(args.out)}")
     return 0
 

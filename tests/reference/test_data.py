@@ -463,6 +463,13 @@ class TrainBreadthTest(unittest.TestCase):
                     self.assertNotIn(stem, train_pool, key)
                     self.assertIn(stem, data.EVERYDAY_NAMES, key)
         self.assertGreater(names, 20)
+        import subprocess
+        import sys
+        r = subprocess.run([sys.executable, os.path.join(_paths.REF_DIR, "make_everyday_tasks.py"),
+                            "--out", os.path.join(path, "no-such-dir", "x.jsonl")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot write", r.stderr)
 
     def test_train_wrappers_vary_user_messages(self):
         samples = [data.make_sample(4, i, "train", None, (300, 900)) for i in range(150)]

@@ -412,7 +412,7 @@ def _pool_of(word: str) -> str:
 
 # Real names (session 30). Every pool above draws made-up words (steamgolshex.conf), and the
 # shipped model copied none of the names people use: `cedar run "What's in app.conf?"` read
-# "wapth: 2" (tests/eval/everyday.jsonl: 9 of 34 everyday requests right, most by luck). Train
+# "wapth: 2" (tests/eval/everyday.jsonl: 7 of 34 everyday requests right). Train
 # samples made with make_sample(..., real_names=P) draw each word from these English file, folder
 # and note names with probability P, alone, joined ("db_backup", "api-keys") or numbered
 # ("report2031", "build-7"). A fifth of them (by crc32, as _pool_of) and every name of the
@@ -511,8 +511,7 @@ class Values:
             # codes as people write them (train, real names): "LH 438", "LH438", "lh-438", "X7-22"
             a = "".join(r.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(r.choice([1, 2, 2, 3])))
             n = str(r.randint(1, 9999))
-            f = r.choice([a + " " + n, a + n, a.lower() + "-" + n, a + str(r.randint(1, 9)) + "-" + n])
-            return f
+            return r.choice([a + " " + n, a + n, a.lower() + "-" + n, a + str(r.randint(1, 9)) + "-" + n])
         return "".join(r.choice("ABCDEFGHJKLMNPQRSTUVWXYZ") for _ in range(2)) + "-" + str(r.randint(100, 9999))
 
     def date(self):
