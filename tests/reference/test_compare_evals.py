@@ -102,7 +102,19 @@ class CompareEvalsTest(unittest.TestCase):
         doc["results"] = doc["results"][1:]
         with open(other_tasks, "w") as g:
             json.dump(doc, g)
+        def write(name, obj):
+            path = os.path.join(d, name)
+            with open(path, "w") as g:
+                json.dump(obj, g)
+            return path
+
+        array = write("array.json", [doc])
+        no_ok = write("no_ok.json", dict(doc, results=[{"id": "x"}]))
+        twice = write("twice.json", dict(doc, results=doc["results"] + doc["results"][:1]))
         cases = [
+            ([self.fp4, array], "array.json: not a cedar eval --json object"),
+            ([self.fp4, no_ok], "no_ok.json: results[0] lacks a string 'id' and a boolean 'ok'"),
+            ([self.fp4, twice], "twice.json: task id"),
             ([self.fp4, self.summary], "summary.json: no per-task results (run cedar eval with --json --details)"),
             ([self.fp4, truncated], "truncated.json: not a JSON document"),
             ([self.fp4, os.path.join(d, "absent.json")], "cannot read"),
