@@ -23,8 +23,9 @@
 //         FP4 round trip of the queries, scores over the packed keys, candidate pool, top-k] ->
 //         sparse attention over ring + selected entries + sink (q's RoPE applied as it is read,
 //         the inverse on the output as it is written) -> wo_a groups, wo_b -> expand -> mHC
-//         site -> shared expert w1/w3 + router gate (one grouped launch), routed experts
-//         (routing on the device; x normed as they read it) -> expand; head;
+//         site -> shared expert w1/w3 + router gate (one grouped launch), routed experts on a
+//         second stream (routing on the device; x normed as they read it) -> expand (the
+//         experts' rows added to y as it reads it: no combine launch); head;
 //   back: the logits and every new cache byte of the step (ring slots, appended entries,
 //         pending rows) gathered into one staging buffer -> one download -> written into the
 //         host sequences, whose tokens and n-gram history are committed as the runner does.
@@ -186,6 +187,8 @@ class cuda_backend final : public backend {
     mhc_side_ = !(m && std::string(m) == "0");
     const char* ms = std::getenv("CEDAR_CUDA_MOE_SIDE");
     moe_side_ = !(ms && std::string(ms) == "0");
+    const char* fc = std::getenv("CEDAR_CUDA_FOLD_COMBINE");
+    fold_combine_ = !(fc && std::string(fc) == "0");
   }
   ~cuda_backend() override {
     seqs_.clear();
@@ -266,9 +269,13 @@ class cuda_backend final : public backend {
   cudaStream_t side_ = nullptr;
   cudaEvent_t side_events_[2] = {nullptr, nullptr};  // fork, join
   // the routed experts (route, up, SwiGLU, down) on a second stream while the shared expert's
-  // SwiGLU and down projection run on the main one; joined before the combine adds them
+  // SwiGLU and down projection run on the main one; joined before the combine (or the next
+  // expand) adds them
   // (CEDAR_CUDA_MOE_SIDE=0: in line)
   bool moe_side_ = true;
+  // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
+  // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
+  bool fold_combine_ = true;
   cudaStream_t moe_stream_ = nullptr;
   cudaEvent_t moe_events_[2] = {nullptr, nullptr};  // fork, join
   double last_device_ms_ = -1.0;
@@ -787,12 +794,26 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     CEDAR_CU(cudaStreamWaitEvent(stream_, side_events_[1], 0), "cuda backend: join side stream");
     return {};
   };
+  // a sub-layer output not yet expanded into the streams: y, and the routed experts' rows when
+  // their combine is left to the expand (fold_combine_)
+  struct pending_out {
+    const float* y = nullptr;
+    const float* ye = nullptr;
+    const int32_t* sel = nullptr;
+    int K = 0;
+  };
+  auto expand = [&](const pending_out& po) -> status {
+    return kcu::hc_expand(X, po.y, post, comb, B, hc, d, stream_, po.ye, po.sel, po.K);
+  };
   auto mhc_site = [&](const qmatrix& fn, const float* base, const float* scale, float* new_pre,
-                      const float* collapse_pre, const float* expand_y) -> status {
+                      const float* collapse_pre, const pending_out& expand_y) -> status {
     CEDAR_TRY(join_side());
     kcu::hc_mix_params mp;
     mp.R = B, mp.hc = hc, mp.d = d, mp.X = X, mp.fn = fn, mp.pre = collapse_pre, mp.partial = partial, mp.v = x;
-    if (expand_y) mp.y = expand_y, mp.post = post, mp.comb = comb;
+    if (expand_y.y) {
+      mp.y = expand_y.y, mp.post = post, mp.comb = comb;
+      mp.ye = expand_y.ye, mp.ye_sel = expand_y.sel, mp.ye_K = expand_y.K;
+    }
     // the mixes (hc_post's partial form) in the same launch: the last block of each row reduces
     kcu::hc_post_params& hp = mp.site;
     hp.R = B, hp.hc = hc, hp.sinkhorn_iters = c.hc_sinkhorn_iters, hp.eps = (float)c.hc_eps;
@@ -823,15 +844,15 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
 
     int eli = 0;
     int cand_nb = 0;
-    const float* pending_y = nullptr;  // a sub-layer output not yet expanded into the streams
+    pending_out pending;  // a sub-layer output not yet expanded into the streams
     for (int l = 0; l < L; ++l) {
       const layer_info& li = c.layers[(size_t)l];
       const dev_block& b = blocks_[(size_t)l];
       const attention_weights& ha = e_.block(l).attn;
-      if (li.engram && pending_y) {  // Engram reads the streams: the FFN's expand first
+      if (li.engram && pending.y) {  // Engram reads the streams: the FFN's expand first
         CEDAR_TRY(join_side());
-        CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
-        pending_y = nullptr;
+        CEDAR_TRY(expand(pending));
+        pending = {};
       }
       if (li.engram) {
         CEDAR_TRY(kcu::table_rows(b.eg_table, d_hash, B, nl, eli, nc, emb, stream_));
@@ -840,8 +861,8 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         ++eli;
       }
       // --- attention site: mixes (apre, post, comb), collapse with the previous pre ---
-      CEDAR_TRY(mhc_site(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, apre, pre, pending_y));
-      pending_y = nullptr;
+      CEDAR_TRY(mhc_site(b.hc_attn_fn, b.hc_attn_base, b.hc_attn_scale, apre, pre, pending));
+      pending = {};
       // --- compressor: a new entry (or a pending row) of this KV source ---
       // every projection of the hidden row x (normalised on the fly with attn_norm) in one
       // grouped launch: q_a, kv, the compressor's kv and gate, the indexer's head weights
@@ -965,7 +986,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       CEDAR_TRY(gemv(b.wo_b, oa, G * orank, y, d));
       // --- FFN site (the attention output expanded into the streams first): mixes (pre for
       // the next block, post, comb), collapse with apre ---
-      CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, y));
+      CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, pending_out{y}));
       // --- MoE: shared expert into y, routed experts added in expert-id order ---
       {  // the projections of x (normalised on the fly with ffn_norm): the shared expert's w1 and
          // w3, the router's gate
@@ -996,6 +1017,8 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
         CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
       }
+      // the combine folded into the next expand (the same bits as moe_combine then the expand)
+      const bool fused = routed && fold_combine_;
       if (!b.shared.w1.empty()) {
         CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
         CEDAR_TRY(gemv(b.shared.w2, act, F, y, d));
@@ -1006,12 +1029,13 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         CEDAR_CU(cudaEventRecord(moe_events_[1], moe_stream_), "cuda backend: join expert stream");
         CEDAR_CU(cudaStreamWaitEvent(stream_, moe_events_[1], 0), "cuda backend: join expert stream");
       }
-      if (routed) CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
-      pending_y = y;  // expanded by the next site's kernel (or below, before Engram / the head)
+      if (routed && !fused) CEDAR_TRY(kcu::moe_combine(y, ye, sel, B, KE, d, stream_));
+      // expanded by the next site's kernel (or below, before Engram / the head)
+      pending = fused ? pending_out{y, ye, sel, KE} : pending_out{y};
       if (trace_) {  // diagnostics (CEDAR_CUDA_TRACE): row 0's residual streams after each layer
         CEDAR_TRY(join_side());
-        CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
-        pending_y = nullptr;
+        CEDAR_TRY(expand(pending));
+        pending = {};
         std::vector<float> hx((size_t)hc * d);
         CEDAR_CU(cudaMemcpyAsync(hx.data(), X, sizeof(float) * hx.size(), cudaMemcpyDeviceToHost, stream_), "trace");
         CEDAR_CU(cudaStreamSynchronize(stream_), "trace");
@@ -1022,7 +1046,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     }
     // ---- head ------------------------------------------------------------------------------
     CEDAR_TRY(join_side());
-    if (pending_y) CEDAR_TRY(kcu::hc_expand(X, pending_y, post, comb, B, hc, d, stream_));
+    if (pending.y) CEDAR_TRY(expand(pending));
     CEDAR_TRY(kcu::hc_collapse_norm(X, pre, norm_, x, B, hc, d, eps, stream_));
     CEDAR_TRY(gemv(head_, x, d, lg, V));
     CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_ssrc), (uint8_t* const*)at(o_sdst), (const uint32_t*)at(o_slen),

@@ -15,6 +15,7 @@
 // Usage: bench_cuda_decode [--models default,rand1b] [--contexts 8192,32768,131072]
 //                          [--batches 1,8,64] [--steps N] [--csv FILE] [--quick] [--help]
 #include <cuda_runtime.h>
+#include <cxxabi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,15 +26,19 @@
 #include <filesystem>
 #include <random>
 #include <sstream>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "kernels/cuda/launch_profiler.hpp"
 #include "model/backend.hpp"
 #include "model/model_dir.hpp"
 
 namespace cm = cedar::model;
 namespace kc = cedar::kernels;
+namespace kcu = cedar::kernels::cuda;
 
 namespace {
 
@@ -197,10 +202,127 @@ double copy_bandwidth() {
   return 2.0 * (double)n / (best * 1e-3);  // read + write
 }
 
+// --profile: every kernel of a step timed between two CUDA events on its stream. The steps are
+// launched op by op (no graph), without PDL and without the side streams, so each kernel runs
+// alone and the times add up to the step; a host callback holds the stream at the first launch
+// until the whole step is queued, so the GPU never waits for the CPU between two events.
+class event_profiler final : public kcu::launch_profiler {
+ public:
+  struct launch {
+    const void* fn = nullptr;
+    dim3 grid, block;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+  };
+  ~event_profiler() override {
+    for (launch& r : pool_) cudaEventDestroy(r.t0), cudaEventDestroy(r.t1);
+  }
+  void arm() {
+    n_ = 0;
+    hold_ = true;
+  }
+  void before(const void* fn, dim3 grid, dim3 block, cudaStream_t stream) override {
+    if (hold_) {
+      cudaLaunchHostFunc(stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }, nullptr);
+      hold_ = false;
+    }
+    if (n_ == pool_.size()) {
+      launch r;
+      cudaEventCreate(&r.t0);
+      cudaEventCreate(&r.t1);
+      pool_.push_back(r);
+    }
+    launch& r = pool_[n_++];
+    r.fn = fn, r.grid = grid, r.block = block;
+    cudaEventRecord(r.t0, stream);
+  }
+  void after(const void*, cudaStream_t stream) override { cudaEventRecord(pool_[n_ - 1].t1, stream); }
+
+  // After the step has finished: its launches' times added to the totals by position.
+  // false when the sequence of kernels differs from the previous steps'.
+  bool collect() {
+    if (steps_ == 0) {
+      fns_.clear(), us_.assign(n_, 0.0), grids_.clear(), blocks_.clear();
+      for (size_t i = 0; i < n_; ++i) fns_.push_back(pool_[i].fn), grids_.push_back(pool_[i].grid), blocks_.push_back(pool_[i].block);
+    } else if (n_ != fns_.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < n_; ++i) {
+      if (pool_[i].fn != fns_[i]) return false;
+      float ms = 0;
+      cudaEventElapsedTime(&ms, pool_[i].t0, pool_[i].t1);
+      us_[i] += 1e3 * ms;
+    }
+    float span = 0;
+    if (n_ > 0) cudaEventElapsedTime(&span, pool_[0].t0, pool_[n_ - 1].t1);
+    span_us_ += 1e3 * span;
+    ++steps_;
+    return true;
+  }
+
+  // The kernel's name without its namespace, return type or parameters; template arguments kept
+  // (a weight format as its number: 0 f32, 1 bf16, 2 f8_e4m3, 3 fp4_e2m1).
+  static std::string name_of(const void* fn) {
+    const char* raw = nullptr;
+    if (cudaFuncGetName(&raw, fn) != cudaSuccess || !raw) return "?";
+    std::string n = raw;
+    int st = 0;
+    if (char* d = abi::__cxa_demangle(raw, nullptr, nullptr, &st)) {
+      n = d;
+      std::free(d);
+    }
+    if (n.rfind("void ", 0) == 0) n.erase(0, 5);
+    for (const char* cut : {"cedar::kernels::cuda::", "(anonymous namespace)::", "(cedar::kernels::weight_format)"})
+      for (size_t p; (p = n.find(cut)) != std::string::npos;) n.erase(p, std::strlen(cut));
+    int depth = 0;
+    for (size_t i = 0; i < n.size(); ++i) {  // drop the parameter list (the first '(' outside <>)
+      if (n[i] == '<') ++depth;
+      if (n[i] == '>') --depth;
+      if (n[i] == '(' && depth == 0) return n.substr(0, i);
+    }
+    return n;
+  }
+
+  // Prints the per-kernel table; writes one CSV row per launch position to `csv` if given.
+  void report(const std::string& what, FILE* csv) const {
+    if (steps_ == 0) return;
+    std::map<std::string, std::pair<int, double>> by;  // name -> launches per step, us per step
+    double sum = 0;
+    for (size_t i = 0; i < fns_.size(); ++i) {
+      auto& e = by[name_of(fns_[i])];
+      e.first += 1;
+      e.second += us_[i] / steps_;
+      sum += us_[i] / steps_;
+    }
+    std::vector<std::pair<std::string, std::pair<int, double>>> rows(by.begin(), by.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    std::printf("  profile %s: %zu launches per step, kernels %.1f us of a %.1f us step (op by op, no PDL, no graph)\n",
+                what.c_str(), fns_.size(), sum, span_us_ / steps_);
+    std::printf("    %-40s %8s %10s %6s %9s\n", "kernel", "launches", "us/step", "share", "us/launch");
+    for (const auto& [n, e] : rows)
+      std::printf("    %-40s %8d %10.1f %5.1f%% %9.2f\n", n.substr(0, 40).c_str(), e.first, e.second, 100 * e.second / sum,
+                  e.second / e.first);
+    if (csv)
+      for (size_t i = 0; i < fns_.size(); ++i)
+        std::fprintf(csv, "%s,%zu,\"%s\",%u,%u,%.3f\n", what.c_str(), i, name_of(fns_[i]).c_str(), grids_[i].x * grids_[i].y * grids_[i].z,
+                     blocks_[i].x * blocks_[i].y * blocks_[i].z, us_[i] / steps_);
+  }
+
+ private:
+  std::vector<launch> pool_;
+  size_t n_ = 0;
+  bool hold_ = false;
+  std::vector<const void*> fns_;
+  std::vector<dim3> grids_, blocks_;
+  std::vector<double> us_;
+  double span_us_ = 0;
+  int steps_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models = "default,rand1b", csv_path;
+  std::string models = "default,rand1b", csv_path, profile_path;
+  bool profile = false;
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8, 64};
   int steps = 10;
   for (int i = 1; i < argc; ++i) {
@@ -216,8 +338,13 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: bench_cuda_decode [--models default,rand1b] [--contexts 8192,32768,131072]\n"
           "                         [--batches 1,8,64] [--steps N] [--csv FILE] [--quick]\n"
+          "                         [--profile] [--profile-csv FILE]\n"
           "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
-          "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n");
+          "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n"
+          "--profile: every kernel timed alone (steps launched op by op: no graph, no PDL, no side\n"
+          "streams), a table per kernel; --profile-csv FILE: also one row per launch of a step\n"
+          "(config, position, kernel, blocks, threads, us). The tok/s of a profiled run are not the\n"
+          "backend's.\n");
       return 0;
     } else if (a == "--models") {
       models = val("--models");
@@ -229,6 +356,11 @@ int main(int argc, char** argv) {
       steps = (int)parse_list(val("--steps"), "--steps")[0];
     } else if (a == "--csv") {
       csv_path = val("--csv");
+    } else if (a == "--profile") {
+      profile = true;
+    } else if (a == "--profile-csv") {
+      profile = true;
+      profile_path = val("--profile-csv");
     } else if (a == "--quick") {
       contexts = {8192};
       batches = {1, 8};
@@ -242,6 +374,21 @@ int main(int argc, char** argv) {
   if (!why.empty()) {
     std::fprintf(stderr, "bench_cuda_decode: %s\n", why.c_str());
     return 1;
+  }
+  if (profile) {  // read by the backend and the launch helper at their first use
+    setenv("CEDAR_CUDA_GRAPHS", "0", 1);
+    setenv("CEDAR_CUDA_PDL", "0", 1);
+    setenv("CEDAR_CUDA_MHC_SIDE", "0", 1);
+    setenv("CEDAR_CUDA_MOE_SIDE", "0", 1);
+  }
+  FILE* pcsv = nullptr;
+  if (!profile_path.empty()) {
+    pcsv = std::fopen(profile_path.c_str(), "w");
+    if (!pcsv) {
+      std::fprintf(stderr, "bench_cuda_decode: --profile-csv: cannot write %s\n", profile_path.c_str());
+      return 2;
+    }
+    std::fprintf(pcsv, "config,position,kernel,blocks,threads,us\n");
   }
   const double bw = copy_bandwidth();
   std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
@@ -315,9 +462,16 @@ int main(int argc, char** argv) {
         bool ok = true;
         for (int w = 0; w < 2 && ok; ++w) ok = (*be)->decode_step(ptrs, tok, logits).ok();  // uploads + warm-up
         double dev_ms = 0;  // the backend's event-timed device work, summed over the steps
+        event_profiler prof;
         const auto t0 = std::chrono::steady_clock::now();
         for (int s = 0; s < steps && ok; ++s) {
+          if (profile) prof.arm(), kcu::set_profiler(&prof);
           auto st = (*be)->decode_step(ptrs, tok, logits);
+          kcu::set_profiler(nullptr);
+          if (st && profile && !prof.collect()) {
+            std::fprintf(stderr, "bench_cuda_decode: --profile: the steps launched different kernels\n");
+            ok = false;
+          }
           if (!st) {
             std::fprintf(stderr, "bench_cuda_decode: %s\n", st.err().message.c_str());
             ok = false;
@@ -337,9 +491,15 @@ int main(int argc, char** argv) {
         if (csv)
           std::fprintf(csv, "%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),
                        (long long)N, (long long)B, sec * 1e3, dev_ms, tps, bytes, roof, tps / roof);
+        if (profile) {
+          char what[96];
+          std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld", name.c_str(), (long long)N, (long long)B);
+          prof.report(what, pcsv);
+        }
       }
     }
   }
   if (csv) std::fclose(csv);
+  if (pcsv) std::fclose(pcsv);
   return 0;
 }

@@ -24,6 +24,8 @@
 
 #include <utility>
 
+#include "kernels/cuda/launch_profiler.hpp"
+
 namespace cedar::kernels::cuda {
 
 __device__ __forceinline__ void pdl_entry() {
@@ -79,7 +81,11 @@ cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t sm
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+  launch_profiler* prof = profiler();
+  if (prof) prof->before((const void*)kernel, grid, block, stream);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+  if (prof) prof->after((const void*)kernel, stream);
+  return err;
 }
 
 }  // namespace cedar::kernels::cuda

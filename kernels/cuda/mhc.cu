@@ -5,6 +5,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mhc.cuh"
+#include "kernels/cuda/moe_device.cuh"
 #include "kernels/cuda/qmatrix_device.cuh"
 
 #include <algorithm>
@@ -229,7 +230,8 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
   float x = valid ? p.X[((size_t)r * hc + k) * d + i] : 0.0f;
   xs[k][lane] = x;
   if (p.y) {  // the previous sub-layer's expand first (hc_expand's formula), written back to X
-    const float yi = valid ? p.y[(size_t)r * d + i] : 0.0f;
+    float yi = valid ? p.y[(size_t)r * d + i] : 0.0f;
+    if (p.ye && valid) yi = add_routed_rows(yi, p.ye, p.ye_sel, p.ye_K, d, r, i);
     __syncthreads();
     float t = p.post[r * hc + k] * yi;
     for (int j = 0; j < hc; ++j) t += p.comb[((size_t)r * hc + j) * hc + k] * xs[j][lane];
@@ -382,7 +384,8 @@ __global__ void __launch_bounds__(1024) hc_collapse_norm_kernel(const float* X, 
 constexpr int k_expand_threads = 256;
 
 __global__ void __launch_bounds__(k_expand_threads) hc_expand_kernel(float* X, const float* y, const float* post,
-                                                                      const float* comb, int hc, int d) {
+                                                                      const float* comb, int hc, int d, const float* ye,
+                                                                      const int32_t* ye_sel, int ye_K) {
   pdl_entry();
   const int r = blockIdx.y;
   const int i = blockIdx.x * k_expand_threads + threadIdx.x;
@@ -391,7 +394,8 @@ __global__ void __launch_bounds__(k_expand_threads) hc_expand_kernel(float* X, c
   const float* cb = comb + (size_t)r * hc * hc;
   float xj[k_hc_max];
   for (int j = 0; j < hc; ++j) xj[j] = Xr[(size_t)j * d + i];
-  const float yi = y[(size_t)r * d + i];
+  float yi = y[(size_t)r * d + i];
+  if (ye) yi = add_routed_rows(yi, ye, ye_sel, ye_K, d, r, i);
   for (int k = 0; k < hc; ++k) {
     float t = post[r * hc + k] * yi;
     for (int j = 0; j < hc; ++j) t += cb[j * hc + k] * xj[j];
@@ -444,6 +448,8 @@ status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream) {
   if (!p.X || !p.pre || !p.partial || !p.v || p.fn.empty())
     return make_error(errc::invalid_argument, "hc_mix_collapse: null pointer or empty hc_fn");
   if (p.y && (!p.post || !p.comb)) return make_error(errc::invalid_argument, "hc_mix_collapse: y without post/comb");
+  if (p.ye && (!p.y || !p.ye_sel || p.ye_K <= 0))
+    return make_error(errc::invalid_argument, "hc_mix_collapse: ye without y, ye_sel or ye_K");
   const int mix = (2 + p.hc) * p.hc;
   if (p.fn.rows != mix || p.fn.cols != (int64_t)p.hc * p.d)
     return make_error(errc::invalid_argument, "hc_mix_collapse: hc_fn is " + std::to_string(p.fn.rows) + " x " +
@@ -486,11 +492,12 @@ status hc_collapse_norm(const float* X, const float* pre, const float* w, float*
 }
 
 status hc_expand(float* X, const float* y, const float* post, const float* comb, int R, int hc, int d,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const float* ye, const int32_t* ye_sel, int ye_K) {
   CEDAR_TRY(check_shape("hc_expand", R, hc, d));
   if (!X || !y || !post || !comb) return make_error(errc::invalid_argument, "hc_expand: null pointer");
+  if (ye && (!ye_sel || ye_K <= 0)) return make_error(errc::invalid_argument, "hc_expand: ye without sel or K");
   const dim3 grid((unsigned)((d + k_expand_threads - 1) / k_expand_threads), (unsigned)R);
-  launch_kernel(hc_expand_kernel, grid, k_expand_threads, 0, stream, X, y, post, comb, hc, d);
+  launch_kernel(hc_expand_kernel, grid, k_expand_threads, 0, stream, X, y, post, comb, hc, d, ye, ye_sel, ye_K);
   CEDAR_CUDA_LAUNCHED("hc_expand");
   return {};
 }

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/base/result.hpp"
 #include "kernels/cpu/qmatmul.hpp"
 
@@ -58,6 +60,11 @@ struct hc_mix_params {
   const float* y = nullptr;    // [R, d]
   const float* post = nullptr; // [R, hc]
   const float* comb = nullptr; // [R, hc, hc]
+  // optional, with y: the routed experts' rows added to y first, as moe_combine adds them
+  // (saving its launch): y[r] + Σ_k ye[r·K + k] in ascending expert id sel[r·K + k]
+  const float* ye = nullptr;       // [R·ye_K, d]
+  const int32_t* ye_sel = nullptr; // [R, ye_K]
+  int ye_K = 0;
   // optional: hc_post fused in (saves its launch): with `done` set, the last block of each row
   // to finish reduces the row's partials and writes the mix weights as hc_post(site) would
   // (site: R, hc, sinkhorn_iters, eps, base, scale, pre, post, comb, norm_eps, x_inv, x_cols,
@@ -80,8 +87,9 @@ status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream);
 status hc_collapse_norm(const float* X, const float* pre, const float* w, float* x, int R, int hc, int d,
                         float eps, cudaStream_t stream);
 
-// X[r, k] ← post[r, k] · y[r] + Σ_j comb[r, j, k] · X[r, j]
+// X[r, k] ← post[r, k] · y[r] + Σ_j comb[r, j, k] · X[r, j]; with ye: y[r] + the routed
+// experts' rows first (hc_mix_params' ye, ye_sel, ye_K).
 status hc_expand(float* X, const float* y, const float* post, const float* comb, int R, int hc, int d,
-                 cudaStream_t stream);
+                 cudaStream_t stream, const float* ye = nullptr, const int32_t* ye_sel = nullptr, int ye_K = 0);
 
 }  // namespace cedar::kernels::cuda

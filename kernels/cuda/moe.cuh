@@ -45,7 +45,8 @@ status swiglu_rows(const float* h, int n, int F, float limit, const float* row_w
 // ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F].
 status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
                 int d, float* ye, cudaStream_t stream);
-// y [R, d] += the K rows of ye of each row, in ascending expert id.
+// y [R, d] += the K rows of ye of each row, in ascending expert id. (Also folded into the next
+// hc_mix_collapse / hc_expand: their ye, sel, K arguments.)
 status moe_combine(float* y, const float* ye, const int32_t* sel, int R, int K, int d, cudaStream_t stream);
 
 }  // namespace cedar::kernels::cuda

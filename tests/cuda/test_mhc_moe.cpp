@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -211,6 +213,83 @@ TEST(cuda_moe, swiglu_and_combine_match_the_oracle) {
       }
     }
   }
+}
+
+// The combine folded into the next expand (the decoder's default): hc_expand and
+// hc_mix_collapse given the routed experts' rows (ye, sel, K) write the bits of moe_combine
+// followed by the plain expand — streams, collapse and partials; K 1..3, ids out of order,
+// float4 and odd widths. Then ye without its ids is refused, named.
+TEST(cuda_moe, combine_folded_into_the_expand_gives_moe_combines_bits) {
+  CEDAR_REQUIRE_GPU();
+  auto same = [](const std::vector<float>& u, const std::vector<float>& v, const char* what) {
+    ASSERT_EQ(u.size(), v.size());
+    for (size_t i = 0; i < u.size(); ++i)
+      ASSERT_EQ(std::memcmp(&u[i], &v[i], sizeof(float)), 0) << what << " differs at " << i << ": " << u[i] << " vs " << v[i];
+  };
+  for (int d : {256, 2048, 100}) {
+    for (int K : {1, 2, 3}) {
+      SCOPED_TRACE("d " + std::to_string(d) + " K " + std::to_string(K));
+      const int R = 3, hc = 4, mix = (2 + hc) * hc;
+      std::mt19937 g((unsigned)(d * 7 + K));
+      std::vector<int32_t> sel((size_t)R * K);
+      for (int r = 0; r < R; ++r)  // distinct ids per row, descending (the combine sorts them)
+        for (int k = 0; k < K; ++k) sel[(size_t)r * K + k] = (int32_t)(10 + 3 * r + 2 * (K - k));
+      const auto y0 = randn(g, (size_t)R * d, 1.0f), ye = randn(g, (size_t)R * K * d, 1.0f),
+                 X0 = randn(g, (size_t)R * hc * d, 1.0f), post = randn(g, (size_t)R * hc, 1.0f),
+                 comb = randn(g, (size_t)R * hc * hc, 0.5f), pre = randn(g, (size_t)R * hc, 0.5f),
+                 fn = randn(g, (size_t)mix * hc * d, 0.05f);
+      dev_array<float> dy(y0), dyc(y0), dye(ye), dpost(post), dcomb(comb), dpre(pre), dfn(fn);
+      dev_array<int32_t> dsel(sel);
+      ASSERT_TRUE(cu::moe_combine(dyc.p, dye.p, dsel.p, R, K, d, nullptr).ok());
+      // hc_expand
+      dev_array<float> sX(X0), fX(X0);
+      ASSERT_TRUE(cu::hc_expand(sX.p, dyc.p, dpost.p, dcomb.p, R, hc, d, nullptr).ok());
+      auto st = cu::hc_expand(fX.p, dy.p, dpost.p, dcomb.p, R, hc, d, nullptr, dye.p, dsel.p, K);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      same(fX.download(), sX.download(), "hc_expand's streams");
+      // hc_mix_collapse's expand
+      dev_array<float> sX2(X0), fX2(X0), spart(cu::hc_mix_partial_floats(R, hc, d)),
+          fpart(cu::hc_mix_partial_floats(R, hc, d)), sv((size_t)R * d), fv((size_t)R * d);
+      sv.poison(), fv.poison();
+      cu::hc_mix_params mp;
+      mp.R = R, mp.hc = hc, mp.d = d, mp.fn = kc::qmatrix_f32(dfn.p, mix, (int64_t)hc * d), mp.pre = dpre.p;
+      mp.post = dpost.p, mp.comb = dcomb.p;
+      cu::hc_mix_params sm = mp, fm = mp;
+      sm.X = sX2.p, sm.partial = spart.p, sm.v = sv.p, sm.y = dyc.p;
+      fm.X = fX2.p, fm.partial = fpart.p, fm.v = fv.p, fm.y = dy.p, fm.ye = dye.p, fm.ye_sel = dsel.p, fm.ye_K = K;
+      st = cu::hc_mix_collapse(sm, nullptr);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      st = cu::hc_mix_collapse(fm, nullptr);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      same(fX2.download(), sX2.download(), "hc_mix_collapse's streams");
+      same(fv.download(), sv.download(), "hc_mix_collapse's collapse");
+      same(fpart.download(), spart.download(), "hc_mix_collapse's partials");
+      // and the streams are the oracle's: X ← post · (y + Σ ye) + combᵀ X
+      const auto Xn = fX.download();
+      for (int r = 0; r < R; ++r)
+        for (int k = 0; k < hc; ++k)
+          for (int i = 0; i < d; ++i) {
+            double yi = y0[(size_t)r * d + i];
+            for (int s = 0; s < K; ++s) yi += ye[((size_t)r * K + s) * d + i];
+            double t = (double)post[(size_t)r * hc + k] * yi;
+            for (int j = 0; j < hc; ++j) t += (double)comb[((size_t)r * hc + j) * hc + k] * X0[((size_t)r * hc + j) * d + i];
+            ASSERT_NEAR(Xn[((size_t)r * hc + k) * d + i], t, 1e-5 * (std::fabs(t) + 1)) << "row " << r << " stream " << k;
+          }
+    }
+  }
+  std::vector<float> host(64, 1.0f);
+  dev_array<float> dd(host);
+  auto st = cu::hc_expand(dd.p, dd.p, dd.p, dd.p, 1, 2, 8, nullptr, dd.p, nullptr, 2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("ye without"), std::string::npos) << st.err().message;
+  cu::hc_mix_params mp;
+  mp.R = 1, mp.hc = 2, mp.d = 8, mp.X = dd.p, mp.pre = dd.p, mp.partial = dd.p, mp.v = dd.p;
+  mp.fn = kc::qmatrix_f32(dd.p, 8, 16), mp.ye = dd.p, mp.ye_K = 1;
+  st = cu::hc_mix_collapse(mp, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("ye without"), std::string::npos) << st.err().message;
 }
 
 // One mHC site fused: hc_mix_collapse's partials (hc_fn · flat streams per 32-channel block,
