@@ -693,7 +693,7 @@ void indexer_forward(const engine& e, int l, const float* x, const float* qr, in
   float* sn = grow(ws.sin, (size_t)np);
   for (int r = 0; r < R; ++r) {
     e.compress_rope().at(ws.pos[(size_t)r], cs, sn);
-    const bool quant = ws.segs[(size_t)ws.seg_of[(size_t)r]].seq->storage() == kv_storage::packed;
+    const bool quant = ws.segs[(size_t)ws.seg_of[(size_t)r]].seq->rounds(kv_part_index);
     for (int h = 0; h < Hi; ++h) {
       float* qh = qi + ((size_t)r * Hi + h) * Di;
       kc::rope_interleaved(qh, Di, np, cs, sn, false);
@@ -909,8 +909,7 @@ void attention_forward(const engine& e, int l, const float* x, int R, runner::wo
     rope.at(ws.pos[(size_t)r], cs, sn);
     for (int h = 0; h < H; ++h) kc::rope_interleaved(q + ((size_t)r * H + h) * hd, hd, np, cs, sn, false);
     kc::rope_interleaved(kv + (size_t)r * hd, hd, np, cs, sn, false);
-    if (ws.segs[(size_t)ws.seg_of[(size_t)r]].seq->storage() == kv_storage::packed)
-      kc::fp8_swa_fake_quant(kv + (size_t)r * hd, hd);
+    if (ws.segs[(size_t)ws.seg_of[(size_t)r]].seq->rounds(kv_part_swa)) kc::fp8_swa_fake_quant(kv + (size_t)r * hd, hd);
   }
   if (li.ratio > 0 && a.has_indexer) indexer_forward(e, l, x, qr, R, ws, trace);
 

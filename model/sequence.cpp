@@ -17,7 +17,8 @@ uint64_t sequence::identity::next_id() {
   return n.fetch_add(1, std::memory_order_relaxed);
 }
 
-sequence::sequence(const model_config& c, kv_storage storage) : cfg_(c), storage_(storage) {
+sequence::sequence(const model_config& c, kv_storage storage, uint8_t rounded)
+    : cfg_(c), storage_(storage), rounded_(storage == kv_storage::packed ? 0 : rounded) {
   const bool packed = storage == kv_storage::packed;
   swa_bytes_ = packed ? kq::fp8_swa_bytes(c.head_dim) : sizeof(float) * (size_t)c.head_dim;
   main_bytes_ = packed ? kq::fp4_kv_bytes(c.head_dim) : sizeof(float) * (size_t)c.head_dim;
@@ -72,10 +73,12 @@ void sequence::swa_entry(int layer, int64_t pos, float* out) const {
 void sequence::swa_write(int layer, int64_t pos, const float* kv) {
   ++ident_.version;
   uint8_t* p = rings_[(size_t)layer].bytes.data() + (size_t)(pos % cfg_.sliding_window) * swa_bytes_;
-  if (storage_ == kv_storage::packed)
+  if (storage_ == kv_storage::packed) {
     kq::fp8_swa_pack(kv, cfg_.head_dim, p);
-  else
+  } else {
     std::memcpy(p, kv, swa_bytes_);
+    if (rounded_ & kv_part_swa) kq::fp8_swa_fake_quant(reinterpret_cast<float*>(p), cfg_.head_dim);
+  }
 }
 
 void sequence::append_entry(int i, const float* main, const float* key) {
@@ -91,6 +94,8 @@ void sequence::append_entry(int i, const float* main, const float* key) {
   } else {
     std::memcpy(s.main.data() + m0, main, main_bytes_);
     std::memcpy(s.index.data() + k0, key, index_bytes_);
+    if (rounded_ & kv_part_main) kq::fp4_kv_fake_quant(reinterpret_cast<float*>(s.main.data() + m0), hd);
+    if (rounded_ & kv_part_index) kq::fp4_index_fake_quant(reinterpret_cast<float*>(s.index.data() + k0), di);
   }
   ++s.n_entries;
 }

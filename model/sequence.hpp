@@ -46,6 +46,15 @@ enum class kv_storage {
   f32_diagnostic,  // diagnostic only: nothing quantised (the fixture's noquant run)
 };
 
+// Parts of the cache that an f32_diagnostic sequence may still round through their stored format
+// (the values unpack(pack(x)) gives, kept as fp32): which quantisation costs what (`cedar eval
+// --kv bf16+main+index+swa`; all three ≈ packed, up to the order of the index scores' sums).
+enum kv_part : uint8_t {
+  kv_part_main = 1,   // FP4 main entries of the global KV
+  kv_part_index = 2,  // FP4 index keys and the indexer queries' FP4 round trip
+  kv_part_swa = 4,    // FP8 SWA entries
+};
+
 struct kv_source_state {
   int layer = -1;                  // the KV source layer
   int ratio = 1;
@@ -102,7 +111,8 @@ struct sequence_snapshot_view {
 
 class sequence {
  public:
-  explicit sequence(const model_config& c, kv_storage storage = kv_storage::packed);
+  // rounded: kv_part bits, f32_diagnostic only (packed rounds every part by construction).
+  explicit sequence(const model_config& c, kv_storage storage = kv_storage::packed, uint8_t rounded = 0);
 
   // Identity and change counter for caches of this sequence's state kept elsewhere (the cuda
   // backend's device mirror): id is unique per process (a copy is a new timeline with a new
@@ -113,6 +123,9 @@ class sequence {
 
   const model_config& config() const { return cfg_; }
   kv_storage storage() const { return storage_; }
+  // Whether the values of this part are those of its stored format (packed, or an f32_diagnostic
+  // part rounded on request).
+  bool rounds(kv_part p) const { return storage_ == kv_storage::packed || (rounded_ & p) != 0; }
   int64_t n_tokens() const { return (int64_t)tokens_.size(); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
 
@@ -204,6 +217,7 @@ class sequence {
   identity ident_;
   model_config cfg_;
   kv_storage storage_;
+  uint8_t rounded_ = 0;
   size_t swa_bytes_ = 0, main_bytes_ = 0, index_bytes_ = 0;
   std::vector<int32_t> tokens_;
   std::vector<swa_ring> rings_;

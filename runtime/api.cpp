@@ -145,7 +145,7 @@ result<std::unique_ptr<agent_runtime>> agent_runtime::open(runtime_options o) {
   p->store = spawn_store(*p->sys, std::move(*st), p->model_hash, g);
   runtime::executor_options xo;
   xo.policy = o.resume;
-  if (o.kv_unquantised) xo.storage = model::kv_storage::f32_diagnostic;
+  if (o.kv_unquantised) xo.storage = model::kv_storage::f32_diagnostic, xo.kv_rounded = o.kv_rounded;
   xo.backend = *want;
   xo.tokenizer = p->tok;
   p->exec = spawn_executor(*p->sys, p->engine, o.ram_budget_mb << 20, p->store, xo);

@@ -55,6 +55,10 @@ struct runtime_options {
   // Diagnostic (`cedar eval --kv bf16`): keep every KV entry unquantised (fp32). Such KV is not
   // persisted, so a session that leaves RAM comes back by re-prefilling its token log.
   bool kv_unquantised = false;
+  // With kv_unquantised: the parts still rounded through their stored format, as fp32 (bits: 1 the
+  // FP4 main entries, 2 the FP4 index keys and indexer queries, 4 the FP8 SWA entries;
+  // `cedar eval --kv bf16+main+index+swa`): which quantisation costs what.
+  uint8_t kv_rounded = 0;
   // Where decode steps run: "cpu", "cuda" (an NVIDIA GPU; open() fails, saying why, when none
   // can be used) or "auto" (cuda when a GPU is present). Prefill and replay run on the CPU.
   std::string backend = "cpu";

@@ -9,7 +9,9 @@
 // global KV and runs bounded replay, as production does once sessions leave RAM. `--exact-resume`
 // re-prefills the token log instead; `--resume resident` keeps sessions in RAM; `--kv bf16`
 // keeps the KV unquantised (fp32: the engine's no-quantisation diagnostic; never persisted, so
-// resumes re-prefill — it is the "bf16 KV + exact resume" baseline of the issue).
+// resumes re-prefill — it is the "bf16 KV + exact resume" baseline of the issue);
+// `--kv bf16+main+index+swa` (any of the three) rounds those parts through their stored format
+// on top of it, to tell which quantisation costs what.
 //
 // Output: one line per task and a summary on stdout (or one JSON object with --json); progress
 // on stderr. Counting: a tool call is every call the model made (DSML blocks that parsed into a
@@ -30,6 +32,7 @@
 
 #include "kernels/base/log.hpp"
 #include "model/model_dir.hpp"
+#include "model/sequence.hpp"
 #include "runtime/builtin_tools.hpp"
 #include "tools_mcp/json.hpp"
 
@@ -91,6 +94,36 @@ status write_files(const fs::path& root, const eval_task& t) {
 
 }  // namespace
 
+result<std::pair<bool, uint8_t>> parse_kv(const std::string& v) {
+  if (v == "fp4") return std::pair<bool, uint8_t>{false, 0};
+  if (v.rfind("bf16", 0) != 0)
+    return make_error(errc::invalid_argument, "'" + v + "': expected fp4, bf16 or bf16+PART+... (PART: main, index, swa)");
+  uint8_t bits = 0;
+  size_t at = 4;
+  while (at < v.size()) {
+    if (v[at] != '+')
+      return make_error(errc::invalid_argument, "'" + v + "': expected fp4, bf16 or bf16+PART+... (PART: main, index, swa)");
+    const size_t end = std::min(v.find('+', at + 1), v.size());
+    const std::string part = v.substr(at + 1, end - at - 1);
+    const uint8_t bit = part == "main" ? model::kv_part_main : part == "index" ? model::kv_part_index
+                      : part == "swa"  ? model::kv_part_swa  : 0;
+    if (!bit) return make_error(errc::invalid_argument, "'" + v + "': unknown part '" + part + "' (main, index, swa)");
+    if (bits & bit) return make_error(errc::invalid_argument, "'" + v + "': part '" + part + "' given twice");
+    bits |= bit;
+    at = end;
+  }
+  return std::pair<bool, uint8_t>{true, bits};
+}
+
+std::string kv_name(const eval_settings& s) {
+  if (!s.kv_unquantised) return "fp4";
+  std::string n = "bf16";
+  if (s.kv_rounded & model::kv_part_main) n += "+main";
+  if (s.kv_rounded & model::kv_part_index) n += "+index";
+  if (s.kv_rounded & model::kv_part_swa) n += "+swa";
+  return n;
+}
+
 eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   auto t0 = clock_type::now();
   eval_outcome o;
@@ -136,6 +169,7 @@ eval_outcome run_eval_task(const eval_task& t, const eval_settings& s) {
   ro.files_root = root.string();
   ro.resume = s.resume;
   ro.kv_unquantised = s.kv_unquantised;
+  ro.kv_rounded = s.kv_rounded;
   ro.scheduler_threads = 2;
   auto rt = agent_runtime::open(ro);
   if (!rt) {
@@ -301,7 +335,7 @@ std::string eval_summary_json(const std::vector<eval_outcome>& rs, const eval_se
   j["model"] = s.model_dir.empty() ? std::string("(in-process engine)") : mp.filename().string();
   j["resume"] = policy_name(s.resume);
   j["on_limit"] = s.answer_on_limit ? "answer" : "stop";
-  j["kv"] = s.kv_unquantised ? "bf16" : "fp4";
+  j["kv"] = kv_name(s);
   j["constrained_tool_calls"] = s.constrain_tool_calls;
   j["seconds"] = seconds;
   if (!fam.empty()) {
@@ -366,8 +400,13 @@ void add_eval_command(CLI::App& app, int* exit_code) {
   c->add_flag("--exact-resume", a->exact, "diagnostic: re-prefill the token log on every resume (= --resume reprefill)");
   c->add_flag("--no-constrain", a->unconstrained,
               "sample tool calls freely (default: constrained to the offered tools and their schemas)");
-  c->add_option("--kv", a->kv, "global KV: fp4 (as stored) or bf16 (diagnostic: unquantised, exact resumes)")
-      ->check(CLI::IsMember({"fp4", "bf16"}))
+  c->add_option("--kv", a->kv,
+                 "global KV: fp4 (as stored) or bf16 (diagnostic: unquantised, exact resumes); bf16+PART+... "
+                 "rounds PARTs (main, index, swa) through their stored format on top of bf16")
+      ->check([](const std::string& v) {
+        auto k = parse_kv(v);
+        return k ? std::string() : k.err().message;
+      })
       ->capture_default_str();
   c->callback([a, exit_code] {
     auto tasks = load_eval_tasks(a->tasks);
@@ -397,7 +436,9 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                : a->resume == "reprefill" ? resume_policy::reprefill
                : a->resume == "resident"  ? resume_policy::resident
                                           : resume_policy::replay;
-    s.kv_unquantised = a->kv == "bf16";
+    const auto kv = parse_kv(a->kv);  // checked above
+    s.kv_unquantised = kv->first;
+    s.kv_rounded = kv->second;
     s.max_rounds = a->max_rounds;
     s.max_repeated_failures = a->max_repeated_failures;
     s.answer_on_limit = a->on_limit == "answer";
@@ -461,7 +502,7 @@ void add_eval_command(CLI::App& app, int* exit_code) {
                 (long long)j["ok"].get<int64_t>(), out.size(), rate(j["success_rate"]).c_str(),
                 rate(j["valid_tool_call_rate"]).c_str(), (long long)j["tool_calls"].get<int64_t>(),
                 j["mean_turns"].get<double>(), j["mean_rounds"].get<double>(), j["mean_prompt_tokens"].get<double>(),
-                j["mean_replayed_tokens"].get<double>(), policy_name(s.resume), s.kv_unquantised ? "bf16" : "fp4",
+                j["mean_replayed_tokens"].get<double>(), policy_name(s.resume), kv_name(s).c_str(),
                 s.constrain_tool_calls ? "constrained" : "free", secs);
     std::printf("tasks with a turn ended at --max-rounds: %lld, on a call repeated after failing: %lld\n",
                 (long long)j["round_limit_tasks"].get<int64_t>(), (long long)j["repeat_limit_tasks"].get<int64_t>());

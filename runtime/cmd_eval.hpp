@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/base/result.hpp"
@@ -23,6 +24,7 @@ struct eval_settings {
   std::string mcp_config;
   resume_policy resume = resume_policy::replay;
   bool kv_unquantised = false;
+  uint8_t kv_rounded = 0;                // with kv_unquantised: runtime_options::kv_rounded
   int max_rounds = 8;                    // model replies with tool calls per user turn
   int max_repeated_failures = 2;         // agent_options::max_repeated_failures
   bool answer_on_limit = true;           // agent_options::answer_on_limit
@@ -61,6 +63,12 @@ std::string eval_transcript_json(const eval_task& t, const eval_outcome& o);
 // Runs one task in a fresh temporary directory (file root + SQLite store), with its own runtime
 // on the shared model; removes the directory afterwards.
 eval_outcome run_eval_task(const eval_task& t, const eval_settings& s);
+
+// `--kv`: "fp4" -> {false, 0}; "bf16" -> {true, 0}; "bf16+main+index+swa" (any non-empty set of
+// the three, any order, each once) -> {true, model::kv_part bits}; anything else an error naming
+// the value and the part. kv_name gives the canonical form back (parts in main, index, swa order).
+result<std::pair<bool, uint8_t>> parse_kv(const std::string& v);
+std::string kv_name(const eval_settings& s);
 
 // The summary object of `cedar eval --json` (per family when tasks carry one; per task when
 // `details`).

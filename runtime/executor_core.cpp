@@ -280,7 +280,7 @@ size_t executor_core::resident_bytes() const {
 void executor_core::open_fresh(int64_t session) {
   if (seqs_.count(session)) return;
   resident_seq r;
-  r.seq = std::make_unique<model::sequence>(e_.config(), opts_.storage);
+  r.seq = std::make_unique<model::sequence>(e_.config(), opts_.storage, opts_.kv_rounded);
   r.committed_entries.assign(size_t(r.seq->n_sources()), 0);
   lru_.push_front(session);
   r.lru = lru_.begin();
@@ -451,7 +451,7 @@ result<resume_path> executor_core::restore(int64_t session, const resume_state& 
     // The token log is the source of truth: rebuild everything from it.
     if (!forced)
       CEDAR_LOG_WARN("session %lld: %s; re-prefilling %zu tokens", (long long)session, why.c_str(), cp.tokens.size());
-    r.seq = std::make_unique<model::sequence>(c, opts_.storage);
+    r.seq = std::make_unique<model::sequence>(c, opts_.storage, opts_.kv_rounded);
     model::prefill_options opt;
     opt.mode = model::prefill_mode::ced;
     auto pr = runner_->prefill(*r.seq, cp.tokens, opt);

@@ -60,6 +60,7 @@ struct executor_options {
   // packed: FP8 SWA + FP4 global KV (the model). f32_diagnostic: nothing quantised; its KV is not
   // persisted (the store holds FP4 pages), so a restore re-prefills from the token log.
   model::kv_storage storage = model::kv_storage::packed;
+  uint8_t kv_rounded = 0;  // f32_diagnostic: model::kv_part bits rounded through their format
   // Where prefill/decode run (model/backend.hpp); cuda needs packed storage (else: cpu).
   model::backend_request backend = model::backend_request::cpu;
   // The bytes of each token id, for constrained tool calls (generation_params::tool_grammar);

@@ -335,6 +335,65 @@ TEST(golden_bytes, noquant_resume_logits) {
   EXPECT_LE(rel_err(lg->values.data(), ref.as<float>(), (size_t)ref.numel()), 1e-3);
 }
 
+// The diagnostic between the two runs (cedar eval --kv bf16+PART): an f32_diagnostic sequence
+// that rounds every part through its stored format (FP4 main entries, FP4 index keys and
+// queries, FP8 SWA) computes what the packed sequence computes — the same top-k selections and
+// greedy tokens, logits within 1e-5 (only the index scores' sums run in another order) — while
+// the unrounded one differs by the quantisation; each part alone lands in between.
+TEST(golden_bytes, f32_with_every_part_rounded_is_the_packed_model) {
+  const auto& m = model();
+  const int V = (int)m.cfg.vocab_size;
+  cm::runner rn(*m.eng);
+  auto run = [&](cm::sequence& s, std::vector<float>* logits, std::vector<int>* greedy, cm::forward_trace* tr) {
+    cm::prefill_options o;
+    o.mode = cm::prefill_mode::full_stack;
+    o.all_logits = true;
+    o.trace = tr;
+    auto lg = rn.prefill(s, m.prompt, o);
+    ASSERT_TRUE(lg.ok()) << lg.err().message;
+    *logits = lg->values;
+    int t = cm::greedy_token(lg->values.data() + (size_t)(m.prompt.size() - 1) * V, V);
+    std::vector<float> dl;
+    for (int i = 0; i < 8; ++i) {  // greedy decode: every step reads the stored entries
+      greedy->push_back(t);
+      cm::sequence* sp = &s;
+      const int32_t tok = t;
+      ASSERT_TRUE(rn.decode_step({&sp, 1}, {&tok, 1}, dl).ok());
+      logits->insert(logits->end(), dl.begin(), dl.end());
+      t = cm::greedy_token(dl.data(), V);
+    }
+  };
+  std::vector<float> lp, lr, lf;
+  std::vector<int> gp, gr, gf;
+  cm::forward_trace tp, trr;
+  cm::sequence packed(m.cfg);
+  run(packed, &lp, &gp, &tp);
+  cm::sequence rounded(m.cfg, cm::kv_storage::f32_diagnostic, cm::kv_part_main | cm::kv_part_index | cm::kv_part_swa);
+  EXPECT_TRUE(rounded.rounds(cm::kv_part_main) && rounded.rounds(cm::kv_part_index) && rounded.rounds(cm::kv_part_swa));
+  run(rounded, &lr, &gr, &trr);
+  cm::sequence raw(m.cfg, cm::kv_storage::f32_diagnostic);
+  EXPECT_FALSE(raw.rounds(cm::kv_part_main) || raw.rounds(cm::kv_part_index) || raw.rounds(cm::kv_part_swa));
+  cm::forward_trace tf;
+  run(raw, &lf, &gf, &tf);
+  ASSERT_EQ(lp.size(), lr.size());
+  const double r_rounded = rel_err(lr.data(), lp.data(), lp.size()), r_raw = rel_err(lf.data(), lp.data(), lp.size());
+  std::printf("[golden] packed vs f32 rounded rel %.3g, vs f32 raw rel %.3g\n", r_rounded, r_raw);
+  EXPECT_LE(r_rounded, 1e-5);
+  EXPECT_GT(r_raw, 10 * r_rounded);
+  EXPECT_EQ(gr, gp);
+  for (int l : m.cfg.index_source_layer_ids) EXPECT_EQ(trr.topk[l], tp.topk[l]) << "layer " << l;
+  for (uint8_t part : {cm::kv_part_main, cm::kv_part_index, cm::kv_part_swa}) {
+    cm::sequence one(m.cfg, cm::kv_storage::f32_diagnostic, part);
+    std::vector<float> lo;
+    std::vector<int> go;
+    cm::forward_trace to;
+    run(one, &lo, &go, &to);
+    const double r = rel_err(lo.data(), lp.data(), lp.size());
+    std::printf("[golden] part %d alone: vs packed rel %.3g\n", (int)part, r);
+    EXPECT_GT(r, r_rounded) << "part " << (int)part;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(runs, golden_run, ::testing::Values("quant", "noquant"));
 
 }  // namespace

@@ -90,6 +90,53 @@ TEST(sequence_kv, f32_diagnostic_keeps_raw_values_read_in_place) {
   EXPECT_EQ(s.index_values(0), keys);
 }
 
+// kv_part rounding of an f32_diagnostic sequence: the chosen parts hold the values their stored
+// format decodes to (bit for bit what a packed sequence reads back), the others the raw values;
+// a packed sequence ignores the bits.
+TEST(sequence_kv, f32_diagnostic_rounds_the_parts_asked_for) {
+  const cm::model_config c = fixture_config();
+  ASSERT_GT(c.head_dim, 0);
+  const int n = 11, hd = c.head_dim, di = c.index_head_dim;
+  std::vector<float> mains, keys;
+  cm::sequence packed(c);
+  fill(packed, n, &mains, &keys);
+  const std::vector<float> pm = packed.main_values(0), pi = packed.index_values(0);
+  for (uint8_t bits : {uint8_t(cm::kv_part_main), uint8_t(cm::kv_part_index), uint8_t(cm::kv_part_main | cm::kv_part_index)}) {
+    cm::sequence s(c, cm::kv_storage::f32_diagnostic, bits);
+    fill(s, n, &mains, &keys);
+    const bool rm = bits & cm::kv_part_main, ri = bits & cm::kv_part_index;
+    EXPECT_EQ(s.rounds(cm::kv_part_main), rm);
+    EXPECT_EQ(s.rounds(cm::kv_part_index), ri);
+    EXPECT_FALSE(s.rounds(cm::kv_part_swa));
+    const std::vector<float> mv = s.main_values(0), iv = s.index_values(0);
+    ASSERT_EQ(mv.size(), (size_t)n * hd);
+    ASSERT_EQ(iv.size(), (size_t)n * di);
+    EXPECT_EQ(std::memcmp(mv.data(), (rm ? pm : mains).data(), mv.size() * 4), 0) << "main, bits " << (int)bits;
+    EXPECT_EQ(std::memcmp(iv.data(), (ri ? pi : keys).data(), iv.size() * 4), 0) << "index, bits " << (int)bits;
+    EXPECT_NE(std::memcmp(mv.data(), (rm ? mains : pm).data(), mv.size() * 4), 0) << "main, bits " << (int)bits;
+  }
+  // SWA entries: rounded through FP8 when asked, raw otherwise
+  std::vector<float> kv((size_t)hd), out((size_t)hd), want((size_t)hd), got_packed((size_t)hd);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (auto& v : kv) v = nd(rng);
+  want = kv;
+  ck::fp8_swa_fake_quant(want.data(), hd);
+  cm::sequence sw(c, cm::kv_storage::f32_diagnostic, cm::kv_part_swa), plain(c, cm::kv_storage::f32_diagnostic);
+  cm::sequence pk(c, cm::kv_storage::packed, cm::kv_part_swa);  // bits ignored: packed rounds all
+  EXPECT_TRUE(sw.rounds(cm::kv_part_swa) && !sw.rounds(cm::kv_part_main));
+  EXPECT_TRUE(pk.rounds(cm::kv_part_main) && pk.rounds(cm::kv_part_index) && pk.rounds(cm::kv_part_swa));
+  sw.swa_write(0, 0, kv.data());
+  sw.swa_entry(0, 0, out.data());
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), (size_t)hd * 4), 0);
+  pk.swa_write(0, 0, kv.data());
+  pk.swa_entry(0, 0, got_packed.data());
+  EXPECT_EQ(std::memcmp(got_packed.data(), want.data(), (size_t)hd * 4), 0);
+  plain.swa_write(0, 0, kv.data());
+  plain.swa_entry(0, 0, out.data());
+  EXPECT_EQ(std::memcmp(out.data(), kv.data(), (size_t)hd * 4), 0);
+}
+
 TEST(sequence_kv, restore_is_a_byte_copy) {
   const cm::model_config c = fixture_config();
   ASSERT_GT(c.head_dim, 0);

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "model/model_dir.hpp"
+#include "model/sequence.hpp"
 #include "runtime/cmd_eval.hpp"
 #include "runtime/eval_tasks.hpp"
 #include "runtime_test_util.hpp"
@@ -385,6 +386,46 @@ TEST(EvalEndToEnd, ResumePoliciesAndUnquantisedKv) {
   EXPECT_TRUE(f32.error.empty()) << f32.error;
   EXPECT_EQ(f32.fresh, 1);
   EXPECT_EQ(f32.reprefilled, f32.rounds - 1);  // unquantised KV is never persisted: exact resumes
+}
+
+// --kv bf16+PART: the parts rounded through their format on top of unquantised KV; the task
+// runs (exact resumes, as bf16) and the same answer as packed FP4 comes out of all three parts;
+// the flag's bad values are named.
+TEST(EvalEndToEnd, KvPartsRoundedOnUnquantisedKv) {
+  auto ok = parse_kv("bf16+swa+main");
+  ASSERT_TRUE(ok.ok()) << ok.err().message;
+  EXPECT_TRUE(ok->first);
+  EXPECT_EQ(ok->second, model::kv_part_main | model::kv_part_swa);
+  eval_settings named;
+  named.kv_unquantised = true, named.kv_rounded = ok->second;
+  EXPECT_EQ(kv_name(named), "bf16+main+swa");  // canonical order
+  EXPECT_EQ(parse_kv("fp4")->first, false);
+  EXPECT_EQ(parse_kv("bf16")->second, 0);
+  for (const char* bad : {"bf17", "bf16+", "bf16+main+main", "bf16+keys", "fp4+main", "bf16main", ""}) {
+    auto r = parse_kv(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.err().message.find("'" + std::string(bad) + "'"), std::string::npos) << r.err().message;
+  }
+  EXPECT_NE(parse_kv("bf16+keys").err().message.find("unknown part 'keys'"), std::string::npos);
+  EXPECT_NE(parse_kv("bf16+main+main").err().message.find("given twice"), std::string::npos);
+
+  auto tasks = load_eval_tasks(src("tests/eval/ci.jsonl"));
+  ASSERT_TRUE(tasks.ok()) << tasks.err().message;
+  const eval_task* single = nullptr;
+  for (const auto& t : *tasks)
+    if (t.family == "single") {
+      single = &t;
+      break;
+    }
+  ASSERT_NE(single, nullptr);
+  auto packed = run_eval_task(*single, settings(resume_policy::reprefill));
+  eval_settings all = settings(resume_policy::replay, /*unquantised=*/true);
+  all.kv_rounded = model::kv_part_main | model::kv_part_index | model::kv_part_swa;
+  auto rounded = run_eval_task(*single, all);
+  EXPECT_TRUE(rounded.error.empty()) << rounded.error;
+  EXPECT_EQ(rounded.reprefilled, rounded.rounds - 1);  // never persisted: exact resumes
+  EXPECT_EQ(rounded.answer, packed.answer);             // the packed model's numerics
+  EXPECT_EQ(rounded.ok, packed.ok);
 }
 
 // Constrained tool calls (model/tool_grammar.hpp, on by default): offered only tools that do not
