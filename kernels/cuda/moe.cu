@@ -14,8 +14,9 @@ namespace cedar::kernels::cuda {
 namespace {
 
 
-// Row r's weights of its chosen experts sl[0..K): s / Σ s (renormalised, K > 1) × route_scale
-// (the serial form of route_row_warp's tail, the same expression).
+__device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Row r's weights of its chosen experts sl[0..K): s / Σ s (renormalised, K > 1) × route_scale.
 __device__ void route_weights(const moe_route_params& p, int r, const float* lr, const int32_t* sl) {
   float sum = 0.0f;
   for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
@@ -58,8 +59,29 @@ __global__ void __launch_bounds__(32 * k_route_warps) moe_route_warp_kernel(moe_
   pdl_entry();
   const int r = blockIdx.x * k_route_warps + (threadIdx.x >> 5);
   if (r >= p.R) return;
-  route_row_warp(p.logits + (size_t)r * p.E, p.bias, p.E, p.K, p.renormalise, p.route_scale, p.sel + (size_t)r * p.K,
-                 p.weight + (size_t)r * p.K, threadIdx.x & 31);
+  const int lane = threadIdx.x & 31;
+  const float* lr = p.logits + (size_t)r * p.E;
+  int32_t* sl = p.sel + (size_t)r * p.K;
+  uint32_t taken = 0;  // bit t: expert lane + 32 t
+  for (int k = 0; k < p.K; ++k) {
+    int best = -1;
+    float bv = 0.0f;
+    for (int t = 0, i = lane; i < p.E; ++t, i += 32) {
+      if (taken >> t & 1u) continue;
+      const float v = sqrtf(softplus_torch(lr[i])) + p.bias[i];
+      if (best < 0 || v > bv) best = i, bv = v;
+    }
+    for (int off = 16; off; off >>= 1) {
+      const int ob = __shfl_xor_sync(0xffffffffu, best, off);
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) best = ob, bv = ov;
+    }
+    if ((best & 31) == lane) taken |= 1u << (best >> 5);
+    if (lane == 0) sl[k] = best;
+  }
+  __syncwarp();
+  if (lane != 0) return;
+  route_weights(p, r, lr, sl);
 }
 
 constexpr int k_elem_threads = 256;  // swiglu / combine: grid (element blocks, rows)
@@ -72,7 +94,12 @@ __global__ void __launch_bounds__(k_elem_threads) swiglu_kernel(const float* h, 
   {
     const int i = blockIdx.x * k_elem_threads + threadIdx.x;
     if (i >= F) return;
-    a[(size_t)r * F + i] = swiglu_value(h[(size_t)r * 2 * F + i], h[(size_t)r * 2 * F + F + i], limit, scale);
+    float g = h[(size_t)r * 2 * F + i], u = h[(size_t)r * 2 * F + F + i];
+    if (limit > 0.0f) {
+      u = fminf(fmaxf(u, -limit), limit);
+      g = fminf(g, limit);
+    }
+    a[(size_t)r * F + i] = g * sigmoid_stable(g) * u * scale;
   }
 }
 
@@ -83,8 +110,7 @@ __global__ void __launch_bounds__(k_elem_threads) moe_combine_kernel(float* y, c
   {
     const int i = blockIdx.x * k_elem_threads + threadIdx.x;
     if (i >= d) return;
-    const float acc = add_routed_rows(y[(size_t)r * d + i], ye, sel, K, d, r, i);
-    y[(size_t)r * d + i] = acc;
+    y[(size_t)r * d + i] = add_routed_rows(y[(size_t)r * d + i], ye, sel, K, d, r, i);
   }
 }
 
@@ -94,7 +120,7 @@ status moe_route(const moe_route_params& p, cudaStream_t stream) {
   if (p.R <= 0 || p.E <= 0 || p.K <= 0 || p.K > p.E || !p.logits || !p.bias || !p.sel || !p.weight)
     return make_error(errc::invalid_argument, "moe_route: bad shape (rows " + std::to_string(p.R) + ", experts " +
                                                   std::to_string(p.E) + ", top " + std::to_string(p.K) + ") or null pointer");
-  if (p.E <= k_route_warp_max_experts)
+  if (p.E <= 32 * 32)
     launch_kernel(moe_route_warp_kernel, (p.R + k_route_warps - 1) / k_route_warps, 32 * k_route_warps, 0, stream, p);
   else
     launch_kernel(moe_route_kernel, (p.R + 63) / 64, 64, 0, stream, p);
