@@ -22,9 +22,10 @@
 //   2. ring entries of layer l are valid for positions [max(ring_first_pos, n_tokens−W), n);
 //   3. global KV exists once, as entry bytes (no fp32 copy): a resident entry costs
 //      main_entry_bytes + index_entry_bytes (53 B at head_dim 64 / index_head_dim 32);
-//   4. storage is `packed` except in the test-only diagnostic `f32_diagnostic`, where every
-//      entry is raw fp32 (no quantisation anywhere) to compare with the fixture's noquant run;
-//      its bytes are read in place as floats (index_f32), never converted;
+//   4. storage is `packed` except in the diagnostic `f32_diagnostic`, where every entry is
+//      fp32 (no quantisation, to compare with the fixture's noquant run, unless parts are asked
+//      to be rounded through their stored format: kv_part); its bytes are read in place as
+//      floats (index_f32), never converted;
 //   5. the resume hints of index layer l are the exact forward pass's selections for rows
 //      [max(from, to − capacity), to); replay never records its own rows, and they count only
 //      when to == n_tokens for every index layer (selections_from), so a gap (a row run
