@@ -204,6 +204,11 @@ def main(argv=None) -> int:
                          "over EVERY visible entry weighs most (the teacher of TRAINING_NOTES §1), "
                          "so the indexer learns of entries its own top-k misses (recall far back); "
                          "0: over the selection only")
+    ap.add_argument("--quant-distill", type=float, default=0.0, metavar="W",
+                    help="in stage C, add W x KL(unquantised || quantised) over the assistant "
+                         "targets: the same weights' forward without FP8 window / FP4 KV and "
+                         "indexer rounding (no gradients) as the teacher of the quantised one, "
+                         "to close the gap between --kv fp4 and --kv bf16; 0: off")
     ap.add_argument("--sparse-moe", action="store_true",
                     help="keep the reference's per-expert MoE loop on the GPU (default there: the "
                          "sync-free dense-weighted form, same function)")
@@ -245,6 +250,8 @@ def main(argv=None) -> int:
         ap.error(f"--indexer-lr-mult {args.indexer_lr_mult}: a multiple of --lr > 0")
     if args.kl_teacher_topk < 0:
         ap.error(f"--kl-teacher-topk {args.kl_teacher_topk}: a number of entries >= 0 (0: off)")
+    if not 0.0 <= args.quant_distill <= 100.0:
+        ap.error(f"--quant-distill {args.quant_distill}: a loss weight from 0 (off) to 100")
     if args.checkpoint_minutes < 0:
         ap.error(f"--checkpoint-minutes {args.checkpoint_minutes}: a number of minutes >= 0 (0: off)")
     if not 0.0 <= args.real_names <= 1.0:
@@ -425,7 +432,7 @@ def run(rank, world, args) -> int:
                 out = TC.train_step(m, opt, tracker, batch, stage, args.gamma,
                                     replay_rows=args.replay_rows, autocast=autocast, rng=rng,
                                     update_bias=not (args.indexer_only or sched.bias_frozen(sstep)),
-                                    parallel=parallel)
+                                    parallel=parallel, quant_distill=args.quant_distill)
                 t_step += time.time() - t1
                 if out is None:  # another rank ran out of memory: nobody updated
                     continue
@@ -458,6 +465,8 @@ def run(rank, world, args) -> int:
                    "lr": args.lr * lrm, "loss": out.loss, "lm": out.lm, "kl": out.kl,
                    "aux": out.aux, "replay_lm": out.replay_lm, "maxvio": out.maxvio,
                    "batch": list(batch[0].shape), "tokens": tokens_seen}
+            if args.quant_distill:
+                rec["quant_gap"] = out.quant_gap
             if out.teacher:  # --kl-teacher-topk: the teacher mass the selection holds, per layer
                 rec["teacher"] = {str(l): c for l, c in out.teacher.items()}
             history.append(rec)
@@ -472,6 +481,7 @@ def run(rank, world, args) -> int:
                 rec["tok_per_s"] = tps
                 log(f"step {step} {stage} {rec['t']:.0f}s lm {out.lm:.4f} kl {out.kl:.4f} "
                     f"replay {out.replay_lm:.4f} aux {out.aux:.2e} maxvio {out.maxvio:.2f} "
+                    + (f"qgap {out.quant_gap:.4f} " if args.quant_distill else "") +
                     f"lr {rec['lr']:.2e} B×T {rec['batch']} {tps:.0f} tok/s "
                     f"(data wait {100 * t_data / max(now - t_start, 1e-9):.0f}%, step "
                     f"{100 * t_step / max(now - t_start, 1e-9):.0f}%)"

@@ -110,6 +110,57 @@ class TrainTest(unittest.TestCase):
         self.assertLess(losses[-1], losses[0] - 0.2)
         self.assertGreater(out.kl, 0.0)
 
+    def test_quant_distill_pulls_the_quantised_forward_toward_the_unquantised(self):
+        base = {"index_topk": 4, "candidate_topk_blocks": 2}
+        b = batch(B=2, T=48, seed=3)
+        ids, mask = b[0], b[1]
+        m, opt, tr = self.fresh(seed=5)
+        TC.apply_stage(m, "C", base)
+        # the teacher: the stage-C model's forward with every cache part unquantised, flags kept
+        teacher = TC.unquantised_logits(m, ids)
+        self.assertTrue(m.quant.fp8_swa and m.quant.fp4_kv and m.quant.fp4_index_k and m.quant.fp4_index_q)
+        saved = m.quant
+        m.quant = QuantFlags.off()
+        try:
+            with torch.no_grad():
+                plain, _, _, _ = TC.full_forward(m, ids, None)
+        finally:
+            m.quant = saved
+        self.assertTrue(torch.equal(teacher, plain))
+        with torch.no_grad():
+            quant, _, _, _ = TC.full_forward(m, ids, None)
+        self.assertGreater(float((quant - teacher).abs().max()), 1e-4)
+        # the loss: KL(teacher || student) over the assistant targets, 0 against itself
+        gap = TC.quant_gap_kl(quant, teacher, mask)
+        sel = mask[:, 1:] > 0
+        lt = torch.log_softmax(teacher[:, :-1][sel], -1)
+        ls = torch.log_softmax(quant[:, :-1][sel], -1)
+        manual = float((lt.exp() * (lt - ls)).sum(-1).mean())
+        self.assertGreater(manual, 0.0)
+        self.assertAlmostEqual(float(gap), manual, places=5)
+        self.assertEqual(float(TC.quant_gap_kl(teacher, teacher, mask)), 0.0)
+        self.assertEqual(float(TC.quant_gap_kl(quant, teacher, torch.zeros_like(mask))), 0.0)
+        # a step logs the gap it trained on; stage B and W = 0 leave it out
+        out = TC.train_step(m, opt, tr, b, "C", 1e-3, rng=random.Random(0), quant_distill=1.0)
+        self.assertAlmostEqual(out.quant_gap, manual, places=4)
+        self.assertEqual(TC.train_step(m, opt, tr, b, "C", 1e-3, rng=random.Random(0)).quant_gap, 0.0)
+        TC.apply_stage(m, "B", base)
+        self.assertEqual(TC.train_step(m, opt, tr, b, "B", 1e-3, rng=random.Random(0),
+                                       quant_distill=1.0).quant_gap, 0.0)
+
+        # the same steps from the same weights with and without the term: it closes the gap
+        def gap_after(w):
+            m, opt, tr = self.fresh(seed=5)
+            TC.apply_stage(m, "C", base)
+            for _ in range(8):
+                TC.train_step(m, opt, tr, b, "C", 1e-3, rng=random.Random(0), quant_distill=w)
+            with torch.no_grad():
+                q, _, _, _ = TC.full_forward(m, ids, None)
+            return float(TC.quant_gap_kl(q, TC.unquantised_logits(m, ids), mask))
+        # the micro model's gap is ~1e-6 nats: W must outweigh its LM term to show the direction
+        without, with_ = gap_after(0.0), gap_after(1e5)
+        self.assertLess(with_, 0.5 * without, (with_, without))
+
     def test_sparse_training_path_computes_the_dense_function(self):
         """model.sparse_train (banded window, gathered top-k entries, selection under no_grad)
         gives the dense path's logits, LM loss, indexer KL and gradients, in stage B and C, for

@@ -25,6 +25,9 @@ What this owns
     to positions >= P - W and the global KV / index keys read from the full pass (exactly what
     the runtime's CED prefill + decode computes for the last assistant turn starting at P);
     that tail's assistant tokens add a second LM term.
+  * Quantisation-gap distillation (stage C, `quant_distill` W > 0): the same weights' forward
+    with every cache part unquantised (no gradients) is the teacher of the quantised forward:
+    W * KL(unquantised || quantised) over the assistant targets joins the backbone loss.
   * Batching: one sample per row, right-padded (pads are never attended by real tokens: causal),
     rows grouped by length under a token budget and a T^2 budget (the reference attention is
     dense in memory). No packing: the reference shares positions across a batch, so per-document
@@ -372,6 +375,34 @@ def replay_tail(m: DeepseekV41, state, Xd, pred, b, start, end):
     return m._head(Xt, pret)
 
 
+def unquantised_logits(m: DeepseekV41, ids):
+    """The same model's full forward with every cache part kept unquantised (no FP8 window, no
+    FP4 global KV, index keys or indexer queries: what `cedar eval --kv bf16` runs with exact
+    resumes), without gradients, the quant flags restored afterwards. -> logits [B, T, V]."""
+    q = m.quant
+    saved = (q.fp8_swa, q.fp4_kv, q.fp4_index_k, q.fp4_index_q)
+    q.fp8_swa = q.fp4_kv = q.fp4_index_k = q.fp4_index_q = False
+    try:
+        with torch.no_grad():
+            logits, _, _, _ = full_forward(m, ids, None)
+    finally:
+        q.fp8_swa, q.fp4_kv, q.fp4_index_k, q.fp4_index_q = saved
+    return logits
+
+
+def quant_gap_kl(logits, teacher_logits, mask):
+    """KL(teacher || student) per target position, averaged over the positions whose TARGET is
+    an assistant token (mask > 0, unweighted): the quantised-cache forward (student, with
+    gradients) pulled toward the same weights' unquantised-cache forward (teacher, detached).
+    logits / teacher_logits [B, T, V], mask [B, T]. -> scalar (0 when there is no target)."""
+    sel = mask[:, 1:] > 0
+    if not bool(sel.any()):
+        return logits.sum() * 0.0
+    s = F.log_softmax(logits[:, :-1][sel].float(), -1)
+    t = F.log_softmax(teacher_logits[:, :-1][sel].float(), -1).detach()
+    return F.kl_div(s, t, log_target=True, reduction="batchmean")
+
+
 def lm_loss(logits, ids, mask):
     """Weighted mean CE over positions whose TARGET is an assistant token. logits [B,T,V],
     ids/mask [B,T]; mask holds each token's loss weight (0: no loss, 1: an assistant token,
@@ -526,6 +557,7 @@ class StepOut:
     maxvio: float
     kl_layers: Dict[int, float] = field(default_factory=dict)
     teacher: Dict[int, Dict[str, float]] = field(default_factory=dict)  # teacher_check, rows predicting assistant tokens
+    quant_gap: float = 0.0  # quant_gap_kl() of the step (0 outside stage C or without --quant-distill)
 
 
 class DataParallel:
@@ -578,10 +610,13 @@ class DataParallel:
 
 
 def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, autocast=None,
-               rng=None, update_bias=True, parallel=None):
+               rng=None, update_bias=True, parallel=None, quant_distill=0.0):
     """One optimizer step on batch = (ids [B,T] long, mask [B,T] uint8, lens [B], starts [B]).
     starts[b] = position of the first token of row b's last assistant turn. `parallel`: a
-    DataParallel; the step returns None when some rank failed it (nothing was updated)."""
+    DataParallel; the step returns None when some rank failed it (nothing was updated).
+    `quant_distill` W > 0: in stage C (the quantised caches) the backbone loss also gets
+    W * quant_gap_kl() against the same weights' unquantised forward (one more forward, no
+    gradients)."""
     ids, mask, lens, starts = batch
     dev = ids.device
     B, T = ids.shape
@@ -598,6 +633,11 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
         lm, ntok, lm_plain = lm_loss_and_plain(logits, ids, mask)
         aux = sum(tracker.aux) if tracker.aux else torch.zeros((), device=dev)
         tracker.active = False
+        qgap = torch.zeros((), device=dev)
+        if stage == "C" and quant_distill > 0:
+            teacher = unquantised_logits(m, ids)
+            qgap = quant_gap_kl(logits, teacher, mask)
+            del teacher
         replay_lm = torch.zeros((), device=dev)
         n_rep = 0
         if stage == "C" and replay_rows > 0:
@@ -611,7 +651,7 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
             if n_rep:
                 replay_lm = replay_lm / n_rep
         kl, kl_stats = indexer_kl(trace, valid)
-    backbone_loss = lm + aux + replay_lm
+    backbone_loss = lm + aux + replay_lm + quant_distill * qgap
     opt.zero_grad(set_to_none=True)
     idx_params = [p for g in opt.param_groups if g["name"] == "indexer" for p in g["params"]]
     other = [p for g in opt.param_groups if g["name"] != "indexer" for p in g["params"]]
@@ -632,7 +672,8 @@ def train_step(m, opt, tracker, batch, stage, gamma, clip=1.0, replay_rows=0, au
     return StepOut(float(backbone_loss.detach()), float(lm_plain), float(kl.detach()) if torch.is_tensor(kl) else 0.0,
                    float(aux.detach()) if torch.is_tensor(aux) else 0.0, float(replay_lm.detach()),
                    int(ntok), max(vio) if vio else 0.0, kl_stats,
-                   teacher_check(trace, valid & F.pad(mask[:, 1:], (0, 1)).bool(), m.cfg.index_topk))
+                   teacher_check(trace, valid & F.pad(mask[:, 1:], (0, 1)).bool(), m.cfg.index_topk),
+                   float(qgap.detach()))
 
 
 class WeightEMA:
