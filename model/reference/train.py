@@ -531,9 +531,12 @@ def run(rank, world, args) -> int:
             json.dump(ev, f, indent=1)
 
     xs = [h["step"] for h in history]
-    how = TC.write_png(os.path.join(args.out, "loss.png"),
-                       {"LM (assistant tokens)": [h["lm"] for h in history],
-                        "indexer KL": [max(h["kl"], 1e-6) for h in history]},
+    curves = {"LM (assistant tokens)": [h["lm"] for h in history],
+              "indexer KL": [max(h["kl"], 1e-6) for h in history]}
+    if args.quant_distill:  # stage-C steps only (the term is 0 elsewhere)
+        curves["KL unquantised || quantised (--quant-distill)"] = [
+            max(h.get("quant_gap", 0.0), 1e-6) if h["stage"] == "C" else float("nan") for h in history]
+    how = TC.write_png(os.path.join(args.out, "loss.png"), curves,
                        xs, f"cedar-agent-tiny: {step} steps, {train_s / 60:.1f} min")
     teach = [h for h in history if "teacher" in h]
     if teach:  # --kl-teacher-topk: the selection's share of the teacher mass, per layer (mean of 20 steps)

@@ -415,7 +415,23 @@ class TrainTest(unittest.TestCase):
                 a, b = m(ids), m2(ids)
             self.assertLess(float((a - b).abs().max() / a.abs().max()), 0.05)
             png = os.path.join(d, "c.png")
-            TC.write_png(png, {"a": [3.0, 2.0, 1.0], "b": [0.5, 0.4, 0.2]}, [1, 2, 3], "t")
+            # a series with NaN (the --quant-distill curve outside stage C) is drawn where it has values
+            series = {"a": [3.0, 2.0, 1.0], "b": [0.5, 0.4, 0.2], "c": [float("nan"), 0.3, 0.1]}
+            TC.write_png(png, series, [1, 2, 3], "t")
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            import builtins  # the plain writer, as on a machine without matplotlib
+            real_import = builtins.__import__
+
+            def no_mpl(name, *a, **k):
+                if name.startswith("matplotlib"):
+                    raise ImportError(name)
+                return real_import(name, *a, **k)
+            builtins.__import__ = no_mpl
+            try:
+                self.assertEqual(TC.write_png(png, series, [1, 2, 3], "t"), "png-writer")
+            finally:
+                builtins.__import__ = real_import
             with open(png, "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 

@@ -827,7 +827,8 @@ def export(m: DeepseekV41, config_path, out_dir, base_cfg, metadata=None):
 # =============================================================================================
 
 def write_png(path, series: Dict[str, List[float]], xs: List[float], title="", ylabel="loss"):
-    """Line plot of each series against xs (log y). matplotlib when available, else a plain PNG."""
+    """Line plot of each series against xs (log y; NaN values are left out). matplotlib when
+    available, else a plain PNG."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -852,7 +853,7 @@ def write_png(path, series: Dict[str, List[float]], xs: List[float], title="", y
     img[H - pad, pad:W - pad] = 0
     img[pad:H - pad, pad] = 0
     colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
-    allv = [math.log10(max(y, 1e-6)) for ys in series.values() for y in ys]
+    allv = [math.log10(max(y, 1e-6)) for ys in series.values() for y in ys if y == y]  # NaN: no point
     if allv and xs:
         lo, hi = min(allv), max(allv)
         hi = hi if hi > lo else lo + 1
@@ -860,7 +861,7 @@ def write_png(path, series: Dict[str, List[float]], xs: List[float], title="", y
         for ci, ys in enumerate(series.values()):
             pts = [(pad + (x - x0) / (x1 - x0) * (W - 2 * pad),
                     H - pad - (math.log10(max(y, 1e-6)) - lo) / (hi - lo) * (H - 2 * pad))
-                   for x, y in zip(xs, ys)]
+                   for x, y in zip(xs, ys) if y == y]
             for (ax_, ay), (bx, by) in zip(pts, pts[1:]):
                 n = int(max(abs(bx - ax_), abs(by - ay))) + 1
                 for t in np.linspace(0, 1, n):
