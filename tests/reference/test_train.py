@@ -720,11 +720,13 @@ class TrainTest(unittest.TestCase):
             self.assertEqual(sorted(rec["teacher"], key=int), ["2", "4", "6", "8", "10"])
             self.assertFalse(os.path.exists(os.path.join(d, "checkpoint")))
             self.assertTrue(os.path.exists(os.path.join(d, "model", "model.safetensors")))
-        # bad copy-weight options: a usage error naming the option, before any work
+        # bad copy-weight, real-names and quant-distill options: a usage error naming the option, before any work
         with tempfile.TemporaryDirectory() as d:
             for extra, msg in ((("--copy-weight", "300"), "--copy-weight 300"),
                                (("--copy-weight", "2", "--copy-frequent", "0"), "--copy-frequent 0.0"),
-                               (("--real-names", "1.5"), "--real-names 1.5")):
+                               (("--real-names", "1.5"), "--real-names 1.5"),
+                               (("--quant-distill", "-1"), "--quant-distill -1.0"),
+                               (("--quant-distill", "nan"), "--quant-distill nan")):
                 r = train_py(d, 1, *extra)
                 self.assertEqual(r.returncode, 2, r.stderr[-2000:])
                 self.assertIn(msg, r.stderr)
