@@ -1,5 +1,5 @@
-// cuda_decoder — the cuda backend (backend.hpp): decode steps of a batch of sequences on one
-// NVIDIA GPU, prefill and replay on the CPU runner.
+// cuda_decoder — the cuda backend (backend.hpp): decode steps of a batch of sequences and
+// chunked prefill on one NVIDIA GPU, replay on the CPU runner.
 //
 // Device state:
 //   weights   every matrix uploaded once in its checkpoint format (BF16 / FP8 + UE8M0 /
@@ -10,7 +10,8 @@
 //             valid while (sequence id, version) match what the last step left; otherwise it
 //             is rebuilt from the host bytes (after a CPU prefill, a replay or a restore) —
 //             the same bytes, no conversion.
-// One step (B rows, one token per sequence), in file order of decode_rows():
+// One step (B rows: one token per sequence, or a prefill chunk of one sequence), in file order
+// of run_rows():
 //   host: positions, RoPE cos/sin, Engram hash ids, ring/source pointers, window bounds,
 //         which rows complete a compressor group -> one pinned blob, one upload;
 //   device: embedding -> per layer [Engram] -> mHC site (one pass over the streams: the mix
@@ -34,7 +35,13 @@
 // Numerics: the CPU path's formulas; fp32 sums in another order (GEMV trees, online softmax,
 // norms folded into projections), so logits agree to a tolerance, not bit for bit; cache
 // encoders are bit-exact for equal inputs (kernels/cuda/kv_pack.cuh).
-// Not yet: prefill on the GPU, tensor-core GEMMs for large batches, whole layers fused.
+// Prefill chunks (prefill()): the same step over B consecutive rows of one sequence; each row
+// reads the SWA entries of the rows before it from an extended ring of W + B slots (the
+// sequence's ring copied in first, the last W positions copied back), and each compressor row
+// reads its group's earlier rows from the step's projected rows (the sequence's pending rows
+// copied in front of them); the new entries are appended in row order. Launched op by op.
+// Not yet: tensor-core GEMMs for the routed experts, tensor-core attention for long chunks,
+// whole layers fused, replay on the GPU.
 #include "model/backend.hpp"
 
 #include <string>
@@ -90,7 +97,7 @@ namespace {
 
 #define CEDAR_CU(call, what) CEDAR_CUDA_TRY(call, what)
 
-// Index layers score entries in multiples of this (see decode_rows).
+// Index layers score entries in multiples of this (see run_rows).
 constexpr int k_entry_quantum = 512;
 
 // A device allocation that grows (contents are not kept unless `keep`).
@@ -189,6 +196,9 @@ class cuda_backend final : public backend {
     moe_side_ = !(ms && std::string(ms) == "0");
     const char* fc = std::getenv("CEDAR_CUDA_FOLD_COMBINE");
     fold_combine_ = !(fc && std::string(fc) == "0");
+    const char* pf = std::getenv("CEDAR_CUDA_PREFILL");
+    gpu_prefill_ = !(pf && std::string(pf) == "0");
+    if (const char* pc = std::getenv("CEDAR_CUDA_PREFILL_CHUNK")) prefill_chunk_ = std::max(1, std::atoi(pc));
   }
   ~cuda_backend() override {
     seqs_.clear();
@@ -211,10 +221,10 @@ class cuda_backend final : public backend {
   status init();
 
   backend_kind kind() const override { return backend_kind::cuda; }
-  std::string device() const override { return "cuda (" + device_name_ + "), prefill and replay on the CPU"; }
-  result<logits_rows> prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) override {
-    return cpu_.prefill(seq, tokens, opt);
+  std::string device() const override {
+    return "cuda (" + device_name_ + "), " + (gpu_prefill_ ? "replay on the CPU" : "prefill and replay on the CPU");
   }
+  result<logits_rows> prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) override;
   result<logits_rows> replay(sequence& seq, int n) override { return cpu_.replay(seq, n); }
   status decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
                      std::vector<float>& logits) override;
@@ -234,7 +244,13 @@ class cuda_backend final : public backend {
   status upload_weights();
   // sequences
   status sync_sequence(const sequence& s, dev_sequence& d);
-  status decode_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits);
+  // One step of the device: decode (chunk = false: one row per sequence, distinct sequences) or
+  // a prefill chunk (chunk = true: every row belongs to seqs[0], at consecutive positions).
+  // logits: [rows_out, vocab], rows_out = B, or 1 (the chunk's last row) unless all_logits.
+  // enc_only (a chunk before a CED prefill's tail): the layers before first_decoder_layer, then
+  // that layer's mHC site and compressor (its KV source's entries and index keys), no head.
+  status run_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, bool chunk, bool all_logits,
+                  std::vector<float>& logits, bool enc_only = false);
   template <class T>
   T* ws(const char* name, size_t n) {
     dev_mem& m = scratch_[name];
@@ -279,6 +295,10 @@ class cuda_backend final : public backend {
   cudaStream_t moe_stream_ = nullptr;
   cudaEvent_t moe_events_[2] = {nullptr, nullptr};  // fork, join
   double last_device_ms_ = -1.0;
+  // prefill on the GPU in chunks of prefill_chunk_ rows (CEDAR_CUDA_PREFILL=0: on the CPU runner,
+  // diagnostics and A/B; CEDAR_CUDA_PREFILL_CHUNK=N: the chunk)
+  bool gpu_prefill_ = true;
+  int prefill_chunk_ = 128;
 };
 
 result<const void*> cuda_backend::upload(const void* host, size_t bytes) {
@@ -484,13 +504,68 @@ status cuda_backend::decode_step(std::span<sequence* const> seqs, std::span<cons
     if (seqs[i]->storage() != kv_storage::packed)
       return make_error(errc::mismatch, "decode_step: sequence " + std::to_string(i) +
                                             " keeps unquantised KV (the cuda backend decodes packed caches only)");
-  return decode_rows(seqs, tokens, logits);
+  return run_rows(seqs, tokens, false, false, logits);
 }
 
-status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
-                                 std::vector<float>& logits) {
+// Prefill on the GPU: the tokens in chunks of prefill_chunk_ rows, each chunk one step of the
+// device (run_rows with chunk = true) that commits its rows before the next starts. CED mode
+// (the runner's rule, forward.cpp ced_cut): when a call has more than sliding_window rows, the
+// rows before its last sliding_window (the tail) run only up to the first decoder layer's
+// compressor (enc_only chunks), and the decoder layers' rings start afresh at the tail; the
+// tail starts a chunk. full_stack: every row runs every layer. all_logits: the logits of every
+// row that reached the head (CED: the tail). On the CPU runner instead: a trace (tests),
+// unquantised KV, or CEDAR_CUDA_PREFILL=0.
+// An error in a later chunk leaves the earlier chunks' rows committed (the sequence stays
+// consistent; the caller sees how far it got from n_tokens()).
+result<logits_rows> cuda_backend::prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) {
+  if (!gpu_prefill_ || opt.trace || seq.storage() != kv_storage::packed) return cpu_.prefill(seq, tokens, opt);
   const model_config& c = e_.config();
-  const int B = (int)seqs.size();
+  if (tokens.empty()) return make_error(errc::invalid_argument, "prefill: no tokens");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
+      return make_error(errc::invalid_argument, "token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
+                                                    ", outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  sequence* ps = &seq;
+  // the sequence's config (check_decode_batch's check) and room for every position
+  CEDAR_TRY(check_decode_batch(c, {&ps, 1}, tokens.first(1)));
+  if (seq.n_tokens() + (int64_t)tokens.size() > c.max_position_embeddings)
+    return make_error(errc::invalid_argument, "prefill: " + std::to_string(seq.n_tokens() + (int64_t)tokens.size()) +
+                                                  " positions exceed max_position_embeddings = " +
+                                                  std::to_string(c.max_position_embeddings));
+  const size_t T = tokens.size(), W = (size_t)c.sliding_window;
+  const bool cut = opt.mode == prefill_mode::ced && T > W && c.first_decoder_layer >= 0;
+  const size_t tail = cut ? T - W : 0;  // the first row that runs every layer
+  const int64_t n0 = seq.n_tokens();
+  logits_rows out;
+  out.first_pos = opt.all_logits ? n0 + (int64_t)tail : n0 + (int64_t)T - 1;
+  std::vector<float> lg;
+  for (size_t off = 0; off < T;) {
+    const bool enc = off < tail;
+    const size_t n = std::min((enc ? tail : T) - off, (size_t)prefill_chunk_);
+    if (cut && off == tail) {
+      // the decoder layers' rings start at the tail (what the runner's CED cut leaves); the
+      // mirror holds the same bytes, so it stays valid
+      dev_sequence* m = nullptr;
+      if (auto it = seqs_.find(seq.id()); it != seqs_.end() && it->second.id == seq.id() && it->second.version == seq.version())
+        m = &it->second;
+      for (int l = c.first_decoder_layer; l < c.num_hidden_layers; ++l) seq.set_ring_first_pos(l, n0 + (int64_t)tail);
+      if (m) m->version = seq.version();
+    }
+    CEDAR_TRY(run_rows({&ps, 1}, tokens.subspan(off, n), true, opt.all_logits, lg, enc));
+    if (!enc) {
+      if (opt.all_logits) out.values.insert(out.values.end(), lg.begin(), lg.end());
+      else out.values.swap(lg);
+    }
+    off += n;
+  }
+  out.n_rows = opt.all_logits ? (int)(T - tail) : 1;
+  return out;
+}
+
+status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, bool chunk,
+                              bool all_logits, std::vector<float>& logits, bool enc_only) {
+  const model_config& c = e_.config();
+  const int B = (int)tokens.size();  // rows (decode: one per sequence)
   const int L = c.num_hidden_layers, W = c.sliding_window, hd = c.head_dim, H = c.num_attention_heads;
   const int d = (int)c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
   const int ql = c.q_lora_rank, G = c.o_groups, orank = c.o_lora_rank, np = c.qk_rope_head_dim / 2;
@@ -503,29 +578,57 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   const engram_layout& EL = e_.engram();
   const int nl = EL.n_layers, nc = EL.n_layers ? EL.n_cols() : 0;
   ++step_;
+  // row r's sequence: seqs[r] in a decode step, seqs[0] for every row of a prefill chunk
+  const int nseq = chunk ? 1 : B;
+  auto seq_of = [&](int r) -> sequence& { return *seqs[chunk ? 0 : (size_t)r]; };
+  // A chunk's rows must see the SWA entries of the rows before them in the same step, which a
+  // W-slot ring would overwrite: the chunk runs on an extended ring of Wx = W + B slots
+  // (position p in slot p % Wx), filled from the sequence's ring first and copied back after.
+  const int Wx = chunk ? W + B : W;
+  const int fdl = c.first_decoder_layer;
+  const int Lr = enc_only ? fdl : L;  // layers whose SWA entries this step writes
+  // A chunk's compressor rows read their group's earlier rows straight from the projected
+  // rows of this step: ckv/cgate hold P rows before row 0 (the sequence's pending rows, copied
+  // in), so row r's group starts at row P + r − n_pending of the scratch.
+  int P = 0;
+  if (chunk)
+    for (int i = 0; i < S; ++i) P = std::max(P, seqs[0]->source(i).ratio - 1);
 
-  // ---- mirrors: valid or rebuilt; room for one more entry per source ----------------------
+  // ---- mirrors: valid or rebuilt; room for the new entries of every source -----------------
   std::vector<dev_sequence*> ds((size_t)B);
-  for (int r = 0; r < B; ++r) {
-    const sequence& s = *seqs[(size_t)r];
+  for (int q = 0; q < nseq; ++q) {
+    const sequence& s = *seqs[(size_t)q];
     dev_sequence& m = seqs_[s.id()];
     if (m.id != s.id() || m.version != s.version()) CEDAR_TRY(sync_sequence(s, m));
     m.last_used = step_;
+    const size_t grow = chunk ? (size_t)B : 1;
     for (int i = 0; i < S; ++i) {
       dev_source& so = m.sources[(size_t)i];
-      CEDAR_TRY(so.main.reserve((size_t)(so.n_entries + 1) * main_b, stream_, true));
-      CEDAR_TRY(so.index.reserve((size_t)(so.n_entries + 1) * idx_b, stream_, true));
+      CEDAR_TRY(so.main.reserve((size_t)(so.n_entries + grow) * main_b, stream_, true));
+      CEDAR_TRY(so.index.reserve((size_t)(so.n_entries + grow) * idx_b, stream_, true));
     }
-    ds[(size_t)r] = &m;
+    ds[(size_t)q] = &m;
   }
+  if (chunk)
+    for (int r = 1; r < B; ++r) ds[(size_t)r] = ds[0];
   if (seqs_.size() > 4 * (size_t)B + 64)  // forget mirrors of sequences not seen for a while
     for (auto it = seqs_.begin(); it != seqs_.end();)
       it = step_ - it->second.last_used > 1024 ? seqs_.erase(it) : std::next(it);
+  // the compressor's projected rows (allocated before the step description: a chunk's pending
+  // pointers point into them)
+  float* ckv = ws<float>("ckv", (size_t)(P + B) * hd);
+  float* cgate = ws<float>("cgate", (size_t)(P + B) * hd);
+  if (!ckv || !cgate) return make_error(errc::unavailable, "cuda backend: out of device memory (step scratch)");
+  uint8_t* ring_x = nullptr;  // a chunk's extended rings [L, Wx, swa_b]
+  if (chunk) {
+    ring_x = ws<uint8_t>("ring_x", (size_t)L * Wx * swa_b);
+    if (!ring_x) return make_error(errc::unavailable, "cuda backend: out of device memory (prefill rings)");
+  }
 
   // ---- host-side step description -> one blob ----------------------------------------------
   blob_.clear();
   std::vector<int64_t> pos((size_t)B);
-  for (int r = 0; r < B; ++r) pos[(size_t)r] = seqs[(size_t)r]->n_tokens();
+  for (int r = 0; r < B; ++r) pos[(size_t)r] = chunk ? seqs[0]->n_tokens() + r : seqs[(size_t)r]->n_tokens();
   std::vector<float> cosm((size_t)B * np), sinm((size_t)B * np), cosc((size_t)B * np), sinc((size_t)B * np);
   for (int r = 0; r < B; ++r) {
     e_.main_rope().at(pos[(size_t)r], cosm.data() + (size_t)r * np, sinm.data() + (size_t)r * np);
@@ -542,11 +645,12 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   if (nl > 0) {
     std::vector<int64_t> ctx((size_t)EL.max_ngram);
     for (int r = 0; r < B; ++r) {
-      const std::vector<int64_t>& hist = seqs[(size_t)r]->ngram_history();
-      const int64_t cid = e_.engram_token_map()[(size_t)tokens[(size_t)r]];
+      const std::vector<int64_t>& hist = seq_of(r).ngram_history();
+      const int o = chunk ? r : 0;  // the row's predecessors in this step (a chunk's rows)
       for (int sh = 0; sh < EL.max_ngram; ++sh) {
         if (pos[(size_t)r] < sh) ctx[(size_t)sh] = e_.engram_pad_compressed();
-        else ctx[(size_t)sh] = sh == 0 ? cid : hist[hist.size() - (size_t)sh];
+        else if (sh <= o) ctx[(size_t)sh] = e_.engram_token_map()[(size_t)tokens[(size_t)(r - sh)]];
+        else ctx[(size_t)sh] = hist[hist.size() - (size_t)(sh - o)];
       }
       for (int li = 0; li < nl; ++li) EL.hash(li, ctx.data(), hash.data() + ((size_t)r * nl + li) * nc);
     }
@@ -558,20 +662,29 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   std::vector<int> n_pend((size_t)S * B);
   std::vector<int64_t> ne_after((size_t)S * B);
   std::vector<float> cose((size_t)S * B * np), sine((size_t)S * B * np);
-  for (int i = 0; i < S; ++i)
+  std::vector<int> pend_end((size_t)S, 0), emits((size_t)S, 0);  // a chunk's: after its last row
+  for (int i = 0; i < S; ++i) {
+    int npend = 0;
+    int64_t ne = 0;  // pending rows and entries before row r (a chunk's run on from row to row)
     for (int r = 0; r < B; ++r) {
-      const kv_source_state& st = seqs[(size_t)r]->source(i);
+      const kv_source_state& st = seq_of(r).source(i);
       dev_source& so = ds[(size_t)r]->sources[(size_t)i];
       const size_t k = (size_t)i * B + (size_t)r;
-      const bool emit = st.ratio == 1 || st.n_pending == st.ratio - 1;
-      dst_main[k] = emit ? so.main.as<uint8_t>() + (size_t)so.n_entries * main_b : nullptr;
-      dst_index[k] = emit ? so.index.as<uint8_t>() + (size_t)so.n_entries * idx_b : nullptr;
-      pend_kv[k] = so.pending_kv.as<float>();
-      pend_gate[k] = so.pending_gate.as<float>();
-      n_pend[k] = st.n_pending;
-      ne_after[k] = st.n_entries + (emit ? 1 : 0);
-      e_.compress_rope().at(st.n_entries * (int64_t)st.ratio, cose.data() + k * np, sine.data() + k * np);
+      if (!chunk || r == 0) npend = st.n_pending, ne = st.n_entries;
+      const bool emit = st.ratio == 1 || npend == st.ratio - 1;
+      const size_t slot = (size_t)(so.n_entries + (ne - st.n_entries));  // the mirror's count = the host's
+      dst_main[k] = emit ? so.main.as<uint8_t>() + slot * main_b : nullptr;
+      dst_index[k] = emit ? so.index.as<uint8_t>() + slot * idx_b : nullptr;
+      pend_kv[k] = chunk ? ckv + (size_t)(P + r - npend) * hd : so.pending_kv.as<float>();
+      pend_gate[k] = chunk ? cgate + (size_t)(P + r - npend) * hd : so.pending_gate.as<float>();
+      n_pend[k] = npend;
+      e_.compress_rope().at(ne * (int64_t)st.ratio, cose.data() + k * np, sine.data() + k * np);
+      if (emit) ++ne, npend = 0, ++emits[(size_t)i];
+      else ++npend;
+      ne_after[k] = ne;
     }
+    pend_end[(size_t)i] = npend;
+  }
   const size_t o_dmain = blob_put(blob_, dst_main.data(), dst_main.size());
   const size_t o_didx = blob_put(blob_, dst_index.data(), dst_index.size());
   const size_t o_pkv = blob_put(blob_, pend_kv.data(), pend_kv.size());
@@ -585,14 +698,43 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   for (int l = 0; l < L; ++l)
     for (int r = 0; r < B; ++r) {
       const size_t k = (size_t)l * B + (size_t)r;
-      uint8_t* base = ds[(size_t)r]->rings.as<uint8_t>() + (size_t)l * W * swa_b;
+      uint8_t* base = chunk ? ring_x + (size_t)l * Wx * swa_b : ds[(size_t)r]->rings.as<uint8_t>() + (size_t)l * W * swa_b;
       const int64_t p = pos[(size_t)r];
       ring_base[k] = base;
-      ring_dst[k] = base + (size_t)(p % W) * swa_b;
-      const int64_t lo = std::max<int64_t>({seqs[(size_t)r]->ring(l).first_pos, p - W + 1, 0});
-      wstart[k] = (int)(lo % W);
+      ring_dst[k] = base + (size_t)(p % Wx) * swa_b;
+      const int64_t lo = std::max<int64_t>({seq_of(r).ring(l).first_pos, p - W + 1, 0});
+      wstart[k] = (int)(lo % Wx);
       wn[k] = (int)(p - lo + 1);
     }
+  // a chunk's ring copies: the sequence's valid ring entries into the extended rings before the
+  // layers run, the last W positions back after them
+  std::vector<const uint8_t*> rx_src[2];
+  std::vector<uint8_t*> rx_dst[2];
+  std::vector<uint32_t> rx_len[2];
+  if (chunk) {
+    const int64_t n0 = pos[0], n1 = n0 + B;
+    for (int l = 0; l < Lr; ++l) {
+      uint8_t* ring = ds[0]->rings.as<uint8_t>() + (size_t)l * W * swa_b;
+      uint8_t* ext = ring_x + (size_t)l * Wx * swa_b;
+      const int64_t fp = seqs[0]->ring(l).first_pos;
+      for (int64_t p = std::max<int64_t>({fp, n0 - W, 0}); p < n0; ++p) {
+        rx_src[0].push_back(ring + (size_t)(p % W) * swa_b);
+        rx_dst[0].push_back(ext + (size_t)(p % Wx) * swa_b);
+        rx_len[0].push_back((uint32_t)swa_b);
+      }
+      for (int64_t p = std::max<int64_t>({fp, n1 - W, 0}); p < n1; ++p) {
+        rx_src[1].push_back(ext + (size_t)(p % Wx) * swa_b);
+        rx_dst[1].push_back(ring + (size_t)(p % W) * swa_b);
+        rx_len[1].push_back((uint32_t)swa_b);
+      }
+    }
+  }
+  size_t o_rx[2][3] = {};
+  for (int j = 0; j < 2; ++j) {
+    o_rx[j][0] = blob_put(blob_, rx_src[j].data(), rx_src[j].size());
+    o_rx[j][1] = blob_put(blob_, rx_dst[j].data(), rx_dst[j].size());
+    o_rx[j][2] = blob_put(blob_, rx_len[j].data(), rx_len[j].size());
+  }
   const size_t o_rdst = blob_put(blob_, ring_dst.data(), ring_dst.size());
   const size_t o_rbase = blob_put(blob_, ring_base.data(), ring_base.size());
   const size_t o_wstart = blob_put(blob_, wstart.data(), wstart.size()), o_wn = blob_put(blob_, wn.data(), wn.size());
@@ -627,33 +769,37 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   struct back_item {
     int kind, a, r;  // 0 ring (layer a), 1 main (source a), 2 index, 3 pending kv, 4 pending gate
     size_t off, len;
+    int pend = 0;  // kinds 3, 4: the pending row's index
   };
   std::vector<back_item> back;
   auto r16 = [](size_t n) { return (n + 15) & ~size_t(15); };
   const size_t slot_a = r16(std::max(main_b, sizeof(float) * (size_t)hd)),
                slot_b = r16(std::max(idx_b, sizeof(float) * (size_t)hd));
   const size_t stage_bytes = (size_t)L * B * r16(swa_b) + (size_t)S * B * (slot_a + slot_b);
-  auto add_back = [&](int kind, int a, int r, const uint8_t* src, size_t len, size_t off) {
-    back.push_back({kind, a, r, off, len});
+  auto add_back = [&](int kind, int a, int r, const uint8_t* src, size_t len, size_t off, int pend = 0) {
+    back.push_back({kind, a, r, off, len, pend});
     span_src.push_back(src);
     span_dst.push_back(nullptr);  // staging address filled in below
     span_len.push_back((uint32_t)len);
   };
-  for (int l = 0; l < L; ++l)
-    for (int r = 0; r < B; ++r)
+  // (a chunk hands back only what outlives it: the ring slots of its last W rows, every new
+  // entry, and the pending rows of its last, unfinished group)
+  for (int l = 0; l < Lr; ++l)
+    for (int r = chunk ? std::max(0, B - W) : 0; r < B; ++r)
       add_back(0, l, r, ring_dst[(size_t)l * B + r], swa_b, ((size_t)l * B + r) * r16(swa_b));
   for (int i = 0; i < S; ++i)
     for (int r = 0; r < B; ++r) {
       const size_t k = (size_t)i * B + (size_t)r;
       const size_t off = (size_t)L * B * r16(swa_b) + k * (slot_a + slot_b);
-      const kv_source_state& st = seqs[(size_t)r]->source(i);
       if (dst_main[k]) {
         add_back(1, i, r, dst_main[k], main_b, off);
         add_back(2, i, r, dst_index[k], idx_b, off + slot_a);
-      } else {
-        const size_t rowb = sizeof(float) * (size_t)hd, po = rowb * (size_t)st.n_pending;
-        add_back(3, i, r, reinterpret_cast<const uint8_t*>(pend_kv[k]) + po, rowb, off);
-        add_back(4, i, r, reinterpret_cast<const uint8_t*>(pend_gate[k]) + po, rowb, off + slot_a);
+      } else if (!chunk || r >= B - pend_end[(size_t)i]) {
+        // from the mirror's pending rows (a chunk copies its last group's rows there)
+        const dev_source& so = ds[(size_t)r]->sources[(size_t)i];
+        const size_t rowb = sizeof(float) * (size_t)hd, po = rowb * (size_t)n_pend[k];
+        add_back(3, i, r, so.pending_kv.as<uint8_t>() + po, rowb, off, n_pend[k]);
+        add_back(4, i, r, so.pending_gate.as<uint8_t>() + po, rowb, off + slot_a, n_pend[k]);
       }
     }
   uint8_t* stage = ws<uint8_t>("stage", stage_bytes);
@@ -665,7 +811,8 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   const size_t o_slen = blob_put(blob_, span_len.data(), span_len.size());
 
   // ---- pinned host buffer (the blob going up, logits + staged bytes coming down) ------------
-  const size_t lg_bytes = sizeof(float) * (size_t)B * V;
+  const int rows_out = enc_only ? 0 : chunk && !all_logits ? 1 : B, row_out0 = B - rows_out;  // rows reaching the head
+  const size_t lg_bytes = sizeof(float) * (size_t)rows_out * V;
   const size_t pin_need = std::max(blob_.size(), lg_bytes + stage_bytes);
   if (pin_need > pinned_bytes_) {
     if (pinned_) cudaFreeHost(pinned_);
@@ -697,8 +844,6 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
   float* kvr = ws<float>("kv", (size_t)B * hd);
   float* o = ws<float>("o", (size_t)B * H * hd);
   float* oa = ws<float>("oa", (size_t)B * G * orank);
-  float* ckv = ws<float>("ckv", (size_t)B * hd);
-  float* cgate = ws<float>("cgate", (size_t)B * hd);
   float* latent = ws<float>("latent", (size_t)B * hd);
   float* keys = ws<float>("keys", (size_t)B * Di);
   float* qi = ws<float>("qi", (size_t)B * Hi * Di);
@@ -838,6 +983,9 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     // ---- embedding: hc copies; the first block collapses with pre = e0 ----------------------
     CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
     CEDAR_CU(cudaMemsetAsync(zeroed, 0, sizeof(int) * n_zeroed, stream_), "cuda backend: memset");
+    if (!rx_len[0].empty())  // a chunk: the sequence's ring entries into the extended rings
+      CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_rx[0][0]), (uint8_t* const*)at(o_rx[0][1]),
+                                (const uint32_t*)at(o_rx[0][2]), (int)rx_len[0].size(), stream_));
     CEDAR_TRY(kcu::embed_rows(embed_, d_tok, B, hc, X, stream_));
     CEDAR_CU(cudaMemcpyAsync(pre, at(o_e0), sizeof(float) * (size_t)B * hc, cudaMemcpyDeviceToDevice, stream_),
              "cuda backend: pre");
@@ -867,32 +1015,61 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
       // every projection of the hidden row x (normalised on the fly with attn_norm) in one
       // grouped launch: q_a, kv, the compressor's kv and gate, the indexer's head weights
       const bool indexed = li.ratio > 0 && ha.has_indexer;
+      // a CED prefill's rows before the tail stop at the first decoder layer's compressor
+      const bool cut = enc_only && l == fdl;
+      const int csrc = ha.has_compressor ? seqs[0]->source_of_layer(l) : -1;
+      const size_t rowf = sizeof(float) * (size_t)hd;
+      float* ckv_rows = ckv + (size_t)P * hd;  // row 0 of this step's projected compressor rows
+      float* cgate_rows = cgate + (size_t)P * hd;
+      if (chunk && csrc >= 0 && li.ratio > 1) {  // the sequence's pending rows before row 0
+        const int np0 = seqs[0]->source(csrc).n_pending;
+        const dev_source& so = ds[0]->sources[(size_t)csrc];
+        if (np0 > 0) {
+          CEDAR_CU(cudaMemcpyAsync(ckv_rows - (size_t)np0 * hd, so.pending_kv.p, rowf * np0, cudaMemcpyDeviceToDevice, stream_),
+                   "cuda backend: pending rows");
+          CEDAR_CU(cudaMemcpyAsync(cgate_rows - (size_t)np0 * hd, so.pending_gate.p, rowf * np0, cudaMemcpyDeviceToDevice,
+                                   stream_),
+                   "cuda backend: pending rows");
+        }
+      }
       {
         kcu::qgemv_params it[5];
         int n = 0;
-        it[n++] = gemv_item(b.wq_a, x, d, qr, ql, b.attn_norm, xinv);
-        it[n++] = gemv_item(b.wkv, x, d, kvr, hd, b.attn_norm, xinv);
-        if (ha.has_compressor) {
-          it[n++] = gemv_item(b.c_wkv, x, d, ckv, hd, b.attn_norm, xinv);
-          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate, hd, b.attn_norm, xinv);
+        if (!cut) {
+          it[n++] = gemv_item(b.wq_a, x, d, qr, ql, b.attn_norm, xinv);
+          it[n++] = gemv_item(b.wkv, x, d, kvr, hd, b.attn_norm, xinv);
         }
-        if (indexed) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv);
-        CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+        if (ha.has_compressor) {
+          it[n++] = gemv_item(b.c_wkv, x, d, ckv_rows, hd, b.attn_norm, xinv);
+          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate_rows, hd, b.attn_norm, xinv);
+        }
+        if (indexed && !cut) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv);
+        if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       // the cache entries of this step: norm, RoPE and encoding jobs, launched together below
       kcu::norm_rope_pack_params packs[kcu::k_norm_rope_pack_max];
       int npacks = 0;
       if (ha.has_compressor) {
-        const int si = seqs[0]->source_of_layer(l);
-        const size_t k0 = (size_t)si * B;
+        const size_t k0 = (size_t)csrc * B;
         kcu::compressor_params cp;
-        cp.R = B, cp.hd = hd, cp.ratio = li.ratio, cp.eps = eps, cp.kv = ckv, cp.gate = li.ratio > 1 ? cgate : nullptr;
+        cp.R = B, cp.hd = hd, cp.ratio = li.ratio, cp.eps = eps, cp.kv = ckv_rows;
+        cp.gate = li.ratio > 1 ? cgate_rows : nullptr;
         cp.norm = b.c_norm;
         cp.pending_kv = (float* const*)at(o_pkv) + k0;
         cp.pending_gate = (float* const*)at(o_pg) + k0;
         cp.n_pending = (const int*)at(o_npend) + k0;
         cp.latent = latent;
         CEDAR_TRY(kcu::compressor_step(cp, stream_));
+        const int npe = pend_end[(size_t)csrc];
+        if (chunk && li.ratio > 1 && npe > 0) {  // the unfinished group's rows into the mirror
+          const dev_source& so = ds[0]->sources[(size_t)csrc];
+          CEDAR_CU(cudaMemcpyAsync(so.pending_kv.p, ckv_rows + (size_t)(B - npe) * hd, rowf * npe, cudaMemcpyDeviceToDevice,
+                                   stream_),
+                   "cuda backend: pending rows");
+          CEDAR_CU(cudaMemcpyAsync(so.pending_gate.p, cgate_rows + (size_t)(B - npe) * hd, rowf * npe,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "cuda backend: pending rows");
+        }
         const float* ce = (const float*)at(o_cose) + k0 * np;
         const float* se = (const float*)at(o_sine) + k0 * np;
         // index key (i_wk · latent, below): norm, RoPE, FP4 index entry; latent: RoPE, FP4 main
@@ -911,10 +1088,14 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
          // the compressor's index key from the new latent
         kcu::qgemv_params it[3];
         int n = 0;
-        it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd, b.q_norm);
-        if (indexed) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di, b.q_norm);
+        if (!cut) it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd, b.q_norm);
+        if (indexed && !cut) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di, b.q_norm);
         if (ha.has_compressor) it[n++] = gemv_item(b.i_wk, latent, hd, keys, Di);
-        CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+        if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+      }
+      if (cut) {
+        if (npacks > 0) CEDAR_TRY(kcu::norm_rope_pack_many(packs, npacks, stream_));
+        break;
       }
       {  // this token's SWA entry: norm, RoPE, FP8 into its ring slot (q's RoPE is applied by
          // the attention kernel as it reads q)
@@ -959,7 +1140,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
         ap.wkeys = (const uint8_t* const*)at(o_rbase) + (size_t)l * B;
         ap.wstart = (const int*)at(o_wstart) + (size_t)l * B;
         ap.wn = (const int*)at(o_wn) + (size_t)l * B;
-        ap.wcap = W;
+        ap.wcap = Wx;
         if (src >= 0) {
           ap.main = (const uint8_t* const*)at(o_smain) + (size_t)src * B;
           ap.sel = topk_ids, ap.nsel = topk_n, ap.K = K;
@@ -1046,13 +1227,22 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     }
     // ---- head ------------------------------------------------------------------------------
     CEDAR_TRY(join_side());
-    if (pending.y) CEDAR_TRY(expand(pending));
-    CEDAR_TRY(kcu::hc_collapse_norm(X, pre, norm_, x, B, hc, d, eps, stream_));
-    CEDAR_TRY(gemv(head_, x, d, lg, V));
+    if (rows_out > 0) {
+      if (pending.y) CEDAR_TRY(expand(pending));
+      CEDAR_TRY(kcu::hc_collapse_norm(X + (size_t)row_out0 * hc * d, pre + (size_t)row_out0 * hc, norm_, x, rows_out,
+                                      hc, d, eps, stream_));
+      kcu::qgemv_params hp = gemv_item(head_, x, d, lg, V);
+      hp.m = rows_out;
+      CEDAR_TRY(kcu::qgemv(hp, stream_));
+    }
+    if (!rx_len[1].empty())  // a chunk: the last W positions back into the sequence's rings
+      CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_rx[1][0]), (uint8_t* const*)at(o_rx[1][1]),
+                                (const uint32_t*)at(o_rx[1][2]), (int)rx_len[1].size(), stream_));
     CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_ssrc), (uint8_t* const*)at(o_sdst), (const uint32_t*)at(o_slen),
                               n_spans, stream_));
     // one download: logits, then the staged cache bytes
-    CEDAR_CU(cudaMemcpyAsync(pinned_, lg, lg_bytes, cudaMemcpyDeviceToHost, stream_), "cuda backend: logits download");
+    if (lg_bytes)
+      CEDAR_CU(cudaMemcpyAsync(pinned_, lg, lg_bytes, cudaMemcpyDeviceToHost, stream_), "cuda backend: logits download");
     CEDAR_CU(cudaMemcpyAsync(pinned_ + lg_bytes, stage, stage_bytes, cudaMemcpyDeviceToHost, stream_),
              "cuda backend: cache download");
     return {};
@@ -1065,7 +1255,7 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
                                 (uintptr_t)blob_.size(), (uintptr_t)attn_ws};
   for (int l = 0; l < L; ++l) key.push_back((uintptr_t)ecap[(size_t)l]);
   for (auto& [name, m] : scratch_) key.push_back((uintptr_t)m.p);
-  const bool graphs = graphs_ && !trace_;
+  const bool graphs = graphs_ && !trace_ && !chunk;  // a prefill chunk runs op by op
   CEDAR_CU(cudaEventRecord(events_[0], stream_), "cuda backend: event");  // before any capture
   if (graphs && graph_exec_ && key == graph_key_) {
     CEDAR_CU(cudaGraphLaunch(graph_exec_, stream_), "cuda backend: graph launch");
@@ -1090,19 +1280,19 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     ++graph_launches_;
   } else {
     CEDAR_TRY(enqueue());
-    warm_key_ = key;
+    if (!chunk) warm_key_ = key;
   }
   CEDAR_CU(cudaEventRecord(events_[1], stream_), "cuda backend: event");
   CEDAR_CU(cudaStreamSynchronize(stream_), "cuda backend: step");
   float dev_ms = -1.0f;
   last_device_ms_ = cudaEventElapsedTime(&dev_ms, events_[0], events_[1]) == cudaSuccess ? dev_ms : -1.0;
-  logits.resize((size_t)B * V);
+  logits.resize((size_t)rows_out * V);
   std::memcpy(logits.data(), pinned_, lg_bytes);
 
   // ---- write back into the host sequences (the owners) ---------------------------------------
   const uint8_t* st_host = pinned_ + lg_bytes;
   for (const back_item& bi : back) {
-    sequence& s = *seqs[(size_t)bi.r];
+    sequence& s = seq_of(bi.r);
     const uint8_t* bytes = st_host + bi.off;
     if (bi.kind == 0) {
       std::memcpy(s.ring_mut(bi.a).bytes.data() + (size_t)(pos[(size_t)bi.r] % W) * swa_b, bytes, bi.len);
@@ -1113,8 +1303,23 @@ status cuda_backend::decode_rows(std::span<sequence* const> seqs, std::span<cons
     } else {
       kv_source_state& st = s.source_mut(bi.a);
       std::vector<float>& v = bi.kind == 3 ? st.pending_kv : st.pending_gate;
-      std::memcpy(v.data() + (size_t)st.n_pending * hd, bytes, bi.len);
+      std::memcpy(v.data() + (size_t)bi.pend * hd, bytes, bi.len);
     }
+  }
+  if (chunk) {
+    sequence& s = *seqs[0];
+    for (int i = 0; i < S; ++i) {
+      kv_source_state& st = s.source_mut(i);
+      st.n_entries += emits[(size_t)i];
+      ds[0]->sources[(size_t)i].n_entries += emits[(size_t)i];
+      st.n_pending = pend_end[(size_t)i];
+    }
+    std::vector<int64_t> cid((size_t)B, 0);
+    if (!e_.engram_token_map().empty())
+      for (int r = 0; r < B; ++r) cid[(size_t)r] = e_.engram_token_map()[(size_t)tokens[(size_t)r]];
+    s.append_tokens(tokens.data(), B, cid.data());
+    ds[0]->version = s.version();
+    return {};
   }
   for (int r = 0; r < B; ++r) {
     sequence& s = *seqs[(size_t)r];

@@ -1,9 +1,9 @@
 // The cuda backend against the CPU runner (its reference), end to end on real models: the
 // shipped default model (BF16) and a random model written in the official storage layout
-// (FP8 + UE8M0 32x32 projections, packed FP4 experts). Each test prefills on the CPU, then
-// decodes the same tokens on both backends and compares every step's logits (explicit
-// tolerance, same argmax), the cache bytes the GPU wrote back into the host sequence, and free
-// greedy generations. Needs a GPU: fails (never skips) without one; run by
+// (FP8 + UE8M0 32x32 projections, packed FP4 experts). Each test prefills on the CPU (the GPU's
+// own prefill: prefill_test.cpp), then decodes the same tokens on both backends and compares
+// every step's logits (explicit tolerance, same argmax), the cache bytes the GPU wrote back
+// into the host sequence, and free greedy generations. Needs a GPU: fails (never skips) without one; run by
 // scripts/cuda-tests.sh on the GPU machine.
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/qgemv.cuh"
 #include "model/backend.hpp"
 #include "model/model_dir.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
@@ -69,7 +70,9 @@ double entry_diff_fraction(const std::vector<uint8_t>& a, const std::vector<uint
 void compare_decode(const cm::engine& e, const std::vector<int>& lengths, int steps, double tol, const char* what) {
   const cm::model_config& c = e.config();
   auto cpu = cm::make_backend(e, cm::backend_request::cpu);
+  setenv("CEDAR_CUDA_PREFILL", "0", 1);  // equal states before the first step: both prefill on the CPU
   auto gpu = cm::make_backend(e, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_PREFILL");
   ASSERT_TRUE(cpu.ok()) << cpu.err().message;
   ASSERT_TRUE(gpu.ok()) << gpu.err().message;
   ASSERT_EQ((*gpu)->kind(), cm::backend_kind::cuda);
@@ -189,16 +192,23 @@ TEST(cuda_decode, fp8_fp4_random_model_matches_cpu) {
   std::filesystem::remove(path);
 }
 
-// After GPU decode steps, a CPU prefill (a tool result) and a replay-style change refresh the
-// device mirror; decoding continues in step with the CPU.
-TEST(cuda_decode, mirror_follows_cpu_prefill_between_decode_steps) {
+// After GPU decode steps, a prefill (a tool result) changes the sequence: run by the CPU runner
+// (CEDAR_CUDA_PREFILL=0) it makes the device mirror stale, which the next step rebuilds; run on
+// the GPU it keeps the mirror in step. Either way decoding continues in step with the CPU.
+TEST(cuda_decode, mirror_follows_prefill_between_decode_steps) {
+  for (const char* on : {"0", "1"}) {
   CEDAR_REQUIRE_GPU();
   auto m = load_shipped();
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
   auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
+  setenv("CEDAR_CUDA_PREFILL", on, 1);
   auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_PREFILL");
   ASSERT_TRUE(cpu.ok() && gpu.ok());
+  // the vector kernels for the GPU's prefill chunks (the per-row arithmetic; prefill_test.cpp
+  // measures what the tensor cores change)
+  cedar::kernels::cuda::set_qgemv_mma(false);
   cm::sequence a(c), g(c);
   const auto p1 = random_tokens(150, c.vocab_size, 1), p2 = random_tokens(37, c.vocab_size, 2);
   ASSERT_TRUE((*cpu)->prefill(a, p1).ok());
@@ -219,10 +229,12 @@ TEST(cuda_decode, mirror_follows_cpu_prefill_between_decode_steps) {
     ASSERT_TRUE((*cpu)->prefill(a, p2).ok());
     ASSERT_TRUE((*gpu)->prefill(g, p2).ok());
   }
-  std::printf("[mirror] max |dlogit| %.3g (%.3g rel), argmax differs %d of %d\n", ds.max_abs, ds.rel(), ds.argmax_diff,
-              ds.rows);
+  std::printf("[mirror, GPU prefill %s] max |dlogit| %.3g (%.3g rel), argmax differs %d of %d\n", on, ds.max_abs,
+              ds.rel(), ds.argmax_diff, ds.rows);
+  cedar::kernels::cuda::set_qgemv_mma(true);
   EXPECT_LE(ds.rel(), 2e-3);
   EXPECT_EQ(ds.argmax_diff, 0);
+  }
 }
 
 // Free greedy generation: the same 40 tokens on both backends.
@@ -232,7 +244,9 @@ TEST(cuda_decode, greedy_generation_identical) {
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
   auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
+  setenv("CEDAR_CUDA_PREFILL", "0", 1);
   auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_PREFILL");
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   std::vector<int32_t> out[2];
   for (int k = 0; k < 2; ++k) {

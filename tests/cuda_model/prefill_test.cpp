@@ -1,0 +1,365 @@
+// The cuda backend's prefill (chunks of consecutive rows of one sequence on the GPU), end to
+// end. The chunk logic first, with the per-row arithmetic of the vector kernels: every chunk
+// size gives the same logits and the same sequence (entries, rings, pending rows) as one row
+// per step; the full stack equals the GPU's decode steps token by token (which test_cuda_model
+// checks against the CPU runner step by step); the CPU runner's prefill on calls of up to a
+// few hundred rows; CED's cut. Then what the tensor-core projections change, all_logits, and
+// bad input. Prompts are split over several calls at odd positions (groups left pending across
+// calls and chunks), longer than the window, chunks below, at and above the window. Needs a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/qgemv.cuh"
+#include "model/backend.hpp"
+#include "model/model_dir.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace cm = cedar::model;
+
+namespace {
+
+const std::string k_shipped =
+    std::string(std::getenv("CEDAR_SOURCE_DIR") ? std::getenv("CEDAR_SOURCE_DIR") : CEDAR_SOURCE_DIR) +
+    "/model/weights/cedar-agent-tiny";
+
+std::vector<int32_t> tokens_of(int n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> u(3, vocab - 1);
+  std::vector<int32_t> t((size_t)n);
+  for (auto& x : t) x = u(g);
+  return t;
+}
+
+int argmax_of(const float* v, int n) { return (int)(std::max_element(v, v + n) - v); }
+
+// Largest |a − b| over the largest |a| (a the CPU's).
+double rel_diff(const float* a, const float* b, size_t n) {
+  double m = 0, r = 0;
+  for (size_t i = 0; i < n; ++i) {
+    m = std::max(m, (double)std::fabs(a[i] - b[i]));
+    r = std::max(r, (double)std::fabs(a[i]));
+  }
+  return m / std::max(1e-30, r);
+}
+
+// Fraction of the `entry`-byte entries that differ.
+double differing(const uint8_t* a, const uint8_t* b, size_t n_entries, size_t entry) {
+  size_t d = 0;
+  for (size_t i = 0; i < n_entries; ++i) d += std::memcmp(a + i * entry, b + i * entry, entry) != 0;
+  return n_entries ? (double)d / (double)n_entries : 0.0;
+}
+
+// A cuda backend made with CEDAR_CUDA_PREFILL_CHUNK = chunk.
+std::unique_ptr<cm::backend> gpu_with_chunk(const cm::engine& e, int chunk) {
+  setenv("CEDAR_CUDA_PREFILL_CHUNK", std::to_string(chunk).c_str(), 1);
+  auto g = cm::make_backend(e, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_PREFILL_CHUNK");
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.err().message);
+  return g.ok() ? std::move(*g) : nullptr;
+}
+
+// The tensor-core projections (bf16, more than 8 rows) off for a scope: their products differ
+// from the vector kernel's in the ~1e-5 (each activation split into two bf16), which the FP4 /
+// FP8 caches can turn into a different code now and then; the tests of the chunk logic compare
+// the exact per-row arithmetic, and one test measures what the tensor cores change.
+struct mma_off {
+  mma_off() { cedar::kernels::cuda::set_qgemv_mma(false); }
+  ~mma_off() { cedar::kernels::cuda::set_qgemv_mma(true); }
+};
+
+struct state_diff {
+  double entries = 0, ring = 0, pending = 0;  // fractions of differing entries; pending rel
+};
+
+// What two sequences hold (the first one the reference): counts must be equal; the packed
+// entries and the valid ring slots compared entry by entry, the pending rows by value.
+state_diff compare_state(const cm::model_config& c, const cm::sequence& a, const cm::sequence& g) {
+  state_diff r;
+  EXPECT_EQ(a.n_tokens(), g.n_tokens());
+  EXPECT_EQ(a.tokens(), g.tokens());
+  EXPECT_EQ(a.ngram_history(), g.ngram_history());
+  for (int i = 0; i < a.n_sources(); ++i) {
+    const auto& sa = a.source(i);
+    const auto& sg = g.source(i);
+    EXPECT_EQ(sa.n_entries, sg.n_entries) << "source " << i;
+    EXPECT_EQ(sa.n_pending, sg.n_pending) << "source " << i;
+    if (sa.n_entries != sg.n_entries || sa.n_pending != sg.n_pending || sa.main.size() != sg.main.size() ||
+        sa.index.size() != sg.index.size()) {
+      r.entries = 1;
+      continue;
+    }
+    r.entries = std::max(r.entries, differing(sa.main.data(), sg.main.data(), (size_t)sa.n_entries, a.main_entry_bytes()));
+    r.entries = std::max(r.entries, differing(sa.index.data(), sg.index.data(), (size_t)sa.n_entries, a.index_entry_bytes()));
+    const size_t pn = (size_t)sa.n_pending * c.head_dim;
+    if (pn) {
+      r.pending = std::max(r.pending, rel_diff(sa.pending_kv.data(), sg.pending_kv.data(), pn));
+      r.pending = std::max(r.pending, rel_diff(sa.pending_gate.data(), sg.pending_gate.data(), pn));
+    }
+  }
+  const int64_t N = a.n_tokens();
+  const size_t eb = a.swa_entry_bytes();
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    EXPECT_EQ(a.ring(l).first_pos, g.ring(l).first_pos) << "layer " << l;
+    size_t d = 0, n = 0;
+    for (int64_t p = std::max<int64_t>({a.ring(l).first_pos, N - c.sliding_window, 0}); p < N; ++p, ++n) {
+      const size_t slot = (size_t)(p % c.sliding_window) * eb;
+      d += std::memcmp(a.ring(l).bytes.data() + slot, g.ring(l).bytes.data() + slot, eb) != 0;
+    }
+    if (n) r.ring = std::max(r.ring, (double)d / (double)n);
+  }
+  return r;
+}
+
+// Prefills `parts` (consecutive calls, each at the position the last left) with the GPU at
+// every chunk size; the first chunk size is the reference the others must equal: each call's
+// logits within 1e-5 (the attention's key split depends on the row count, so the sums' order
+// may differ) and the same sequence state. Then the same calls through the reference: the
+// CPU runner (cpu_calls of them, tolerance 2e-3 and the same argmax) and, for full_stack,
+// the GPU's own decode steps token by token (the path test_cuda_model checks against the
+// CPU step by step; tolerance 1e-5). Tensor cores off (mma_off).
+void check_chunks(const cm::engine& e, const std::vector<int>& parts, const std::vector<int>& chunks,
+                  cm::prefill_mode mode, size_t cpu_calls, const char* what) {
+  mma_off no_mma;
+  const cm::model_config& c = e.config();
+  const int V = c.vocab_size;
+  cm::prefill_options o;
+  o.mode = mode;
+  std::vector<std::vector<float>> ref_logits;
+  cm::sequence ref(c);
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    auto gpu = gpu_with_chunk(e, chunks[ci]);
+    ASSERT_TRUE(gpu);
+    cm::sequence g(c);
+    double worst = 0;
+    uint32_t seed = 300;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto toks = tokens_of(parts[k], V, seed++);
+      auto lg = gpu->prefill(g, toks, o);
+      ASSERT_TRUE(lg.ok()) << lg.err().message;
+      ASSERT_EQ(lg->n_rows, 1);
+      ASSERT_EQ(lg->first_pos, g.n_tokens() - 1);
+      ASSERT_EQ(lg->values.size(), (size_t)V);
+      if (ci == 0) ref_logits.push_back(lg->values);
+      else worst = std::max(worst, rel_diff(ref_logits[k].data(), lg->values.data(), (size_t)V));
+    }
+    if (ci == 0) {
+      ref = g;
+      continue;
+    }
+    const state_diff sd = compare_state(c, ref, g);
+    std::printf("[%s] chunk %3d against chunk %d: logits %.3g rel; entries differing %.1f%%, ring %.1f%%, pending %.3g\n",
+                what, chunks[ci], chunks[0], worst, 100 * sd.entries, 100 * sd.ring, sd.pending);
+    EXPECT_LE(worst, 1e-5) << what << " chunk " << chunks[ci];
+    EXPECT_LE(sd.entries, 0.01) << what << " chunk " << chunks[ci];
+    EXPECT_LE(sd.ring, 0.01) << what << " chunk " << chunks[ci];
+    EXPECT_LE(sd.pending, 1e-5) << what << " chunk " << chunks[ci];
+  }
+  // the CPU runner's prefill, call by call
+  auto cpu = cm::make_backend(e, cm::backend_request::cpu);
+  ASSERT_TRUE(cpu.ok());
+  cm::sequence a(c);
+  uint32_t seed = 300;
+  double worst_cpu = 0;
+  for (size_t k = 0; k < std::min(cpu_calls, parts.size()); ++k) {
+    const auto toks = tokens_of(parts[k], V, seed++);
+    auto la = (*cpu)->prefill(a, toks, o);
+    ASSERT_TRUE(la.ok());
+    worst_cpu = std::max(worst_cpu, rel_diff(la->values.data(), ref_logits[k].data(), (size_t)V));
+    EXPECT_EQ(argmax_of(la->values.data(), V), argmax_of(ref_logits[k].data(), V)) << what << " call " << k;
+  }
+  std::printf("[%s] the CPU runner's prefill, first %zu calls: logits %.3g rel\n", what, std::min(cpu_calls, parts.size()),
+              worst_cpu);
+  EXPECT_LE(worst_cpu, 2e-3) << what;
+  if (mode != cm::prefill_mode::full_stack) return;
+  // the GPU's decode steps, token by token, over every call
+  auto gpu = gpu_with_chunk(e, chunks[0]);
+  ASSERT_TRUE(gpu);
+  cm::sequence t(c);
+  cm::sequence* pt = &t;
+  std::vector<float> lg;
+  double worst_steps = 0;
+  seed = 300;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const auto toks = tokens_of(parts[k], V, seed++);
+    size_t i0 = 0;
+    if (t.n_tokens() == 0) {
+      auto l0 = gpu->prefill(t, std::span<const int32_t>(toks.data(), 1), o);
+      ASSERT_TRUE(l0.ok());
+      lg = l0->values;
+      i0 = 1;
+    }
+    for (size_t i = i0; i < toks.size(); ++i) ASSERT_TRUE(gpu->decode_step({&pt, 1}, {&toks[i], 1}, lg).ok());
+    worst_steps = std::max(worst_steps, rel_diff(lg.data(), ref_logits[k].data(), (size_t)V));
+  }
+  const state_diff sd = compare_state(c, t, ref);
+  std::printf("[%s] decode steps token by token: logits %.3g rel; entries differing %.1f%%, ring %.1f%%\n", what,
+              worst_steps, 100 * sd.entries, 100 * sd.ring);
+  EXPECT_LE(worst_steps, 1e-5) << what;
+  EXPECT_LE(sd.entries, 0.01) << what;
+  EXPECT_LE(sd.ring, 0.01) << what;
+}
+
+cm::loaded_model load_shipped_model() {
+  auto m = cm::load_model_dir(k_shipped, false);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
+  return m.ok() ? *m : cm::loaded_model{};
+}
+
+}  // namespace
+
+// The shipped model (window 64, ratio-2 and ratio-1 sources, Engram, the candidate pool):
+// three calls (an odd one first: a group left pending across the calls; the last longer than
+// ten windows), chunks of 1 row, an odd size, the window and twice the window; CED (the calls
+// above the window cut at the tail) and the full stack. The CPU runner's prefill is compared on
+// the first two calls: over a long call its GEMM prefill and its own token-by-token decode part
+// (the 700-token call at position 338: 1.5e-2 of the largest logit, the first row past 1e-4 at
+// 71 rows in, measured on the CPU alone), and the GPU's chunks follow the latter to 1e-5.
+TEST(cuda_prefill, shipped_model_chunks_ced) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  check_chunks(*m.eng, {301, 37, 700}, {1, 7, 64, 128}, cm::prefill_mode::ced, 2, "shipped ced");
+}
+
+TEST(cuda_prefill, shipped_model_chunks_full_stack) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  check_chunks(*m.eng, {301, 37, 700}, {64, 1, 128}, cm::prefill_mode::full_stack, 2, "shipped full");
+}
+
+// Ratio-4 sources (groups of four spread over chunk and call boundaries), FP8 projections and
+// FP4 experts in the official layout, random weights.
+TEST(cuda_prefill, ratio4_fp8_random_model_chunks) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  cm::model_config c = m.eng->config();
+  for (int l = 2; l < 6; ++l) c.compress_ratios[(size_t)l] = 4;
+  ASSERT_TRUE(cm::finalize(c).ok());
+  const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_prefill_r4.safetensors";
+  ASSERT_TRUE(cm::write_random_checkpoint(c, 11, cm::storage_layout::fp8, path.string()).ok());
+  cm::engine_options o;
+  o.engram_token_map = m.eng->engram_token_map();
+  auto e = cm::engine::load(c, path.string(), o);
+  ASSERT_TRUE(e.ok()) << e.err().message;
+  check_chunks(*e, {5, 2, 233, 90}, {1, 3, 64, 100}, cm::prefill_mode::ced, 2, "ratio-4 fp8 ced");
+  check_chunks(*e, {5, 2, 233, 90}, {3, 1, 100}, cm::prefill_mode::full_stack, 2, "ratio-4 fp8 full");
+  std::filesystem::remove(path);
+}
+
+// The default path: bf16 projections of more than 8 rows on tensor cores. Against the vector
+// kernel, every row's logits of a 173-row full-stack prefill in chunks of 50: most rows within
+// 1e-4, nearly all within 1e-3, the same argmax on nearly all (an FP4/FP8 code that rounds the
+// other way moves a few rows by ~1e-2, and nothing after them drifts).
+TEST(cuda_prefill, tensor_core_projections_stay_close) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  const int V = c.vocab_size, N = 173;
+  const auto toks = tokens_of(N, V, 5);
+  cm::prefill_options o;
+  o.mode = cm::prefill_mode::full_stack;
+  o.all_logits = true;
+  std::vector<float> v[2];
+  for (int k = 0; k < 2; ++k) {
+    cedar::kernels::cuda::set_qgemv_mma(k == 1);
+    auto gpu = gpu_with_chunk(*m.eng, 50);
+    ASSERT_TRUE(gpu);
+    cm::sequence g(c);
+    auto lg = gpu->prefill(g, toks, o);
+    ASSERT_TRUE(lg.ok());
+    v[k] = lg->values;
+  }
+  cedar::kernels::cuda::set_qgemv_mma(true);
+  int within4 = 0, within3 = 0, same_argmax = 0;
+  double worst = 0;
+  for (int r = 0; r < N; ++r) {
+    const double d = rel_diff(v[0].data() + (size_t)r * V, v[1].data() + (size_t)r * V, (size_t)V);
+    worst = std::max(worst, d);
+    within4 += d <= 1e-4;
+    within3 += d <= 1e-3;
+    same_argmax += argmax_of(v[0].data() + (size_t)r * V, V) == argmax_of(v[1].data() + (size_t)r * V, V);
+  }
+  std::printf("[tensor cores] %d rows: within 1e-4 %d, within 1e-3 %d, same argmax %d, worst %.3g\n", N, within4,
+              within3, same_argmax, worst);
+  EXPECT_GE(within4, N * 3 / 4);
+  EXPECT_GE(within3, N * 9 / 10);
+  EXPECT_GE(same_argmax, N * 95 / 100);
+}
+
+// all_logits: every row's logits, in order, within the tolerance of the CPU's full-stack
+// prefill (where every row reaches the head); CED: the tail's rows.
+TEST(cuda_prefill, all_logits_rows_match_cpu) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  mma_off no_mma;
+  for (cm::prefill_mode mode : {cm::prefill_mode::full_stack, cm::prefill_mode::ced}) {
+    auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
+    ASSERT_TRUE(cpu.ok());
+    auto gpu = gpu_with_chunk(*m.eng, 50);
+    ASSERT_TRUE(gpu);
+    cm::sequence a(c), g(c);
+    const auto toks = tokens_of(173, c.vocab_size, 5);
+    cm::prefill_options o;
+    o.mode = mode;
+    o.all_logits = true;
+    auto la = (*cpu)->prefill(a, toks, o);
+    auto lg = gpu->prefill(g, toks, o);
+    ASSERT_TRUE(la.ok() && lg.ok());
+    ASSERT_EQ(lg->n_rows, la->n_rows);
+    ASSERT_EQ(lg->first_pos, la->first_pos);
+    ASSERT_EQ(la->values.size(), lg->values.size());
+    double worst = 0;
+    int argmax_diff = 0;
+    for (int r = 0; r < la->n_rows; ++r) {
+      const float* pa = la->values.data() + (size_t)r * c.vocab_size;
+      const float* pg = lg->values.data() + (size_t)r * c.vocab_size;
+      worst = std::max(worst, rel_diff(pa, pg, (size_t)c.vocab_size));
+      argmax_diff += argmax_of(pa, c.vocab_size) != argmax_of(pg, c.vocab_size);
+    }
+    std::printf("[all_logits %s] %d rows from %lld: %.3g rel, argmax differs in %d\n",
+                mode == cm::prefill_mode::ced ? "ced" : "full", la->n_rows, (long long)la->first_pos, worst, argmax_diff);
+    EXPECT_LE(worst, 2e-3);
+    EXPECT_EQ(argmax_diff, 0);
+  }
+}
+
+// Bad input: an empty prompt, an id outside the vocabulary, more positions than the model
+// has — each an error naming it, the sequence untouched; then the backend still prefills.
+TEST(cuda_prefill, bad_input_is_an_error_and_leaves_the_sequence_alone) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  ASSERT_TRUE(gpu.ok());
+  cm::sequence s(c);
+  auto r0 = (*gpu)->prefill(s, std::vector<int32_t>{});
+  ASSERT_FALSE(r0.ok());
+  EXPECT_NE(r0.err().message.find("no tokens"), std::string::npos) << r0.err().message;
+  std::vector<int32_t> bad = {5, 6, (int32_t)c.vocab_size + 2};
+  auto r1 = (*gpu)->prefill(s, bad);
+  ASSERT_FALSE(r1.ok());
+  EXPECT_NE(r1.err().message.find("outside the vocabulary"), std::string::npos) << r1.err().message;
+  std::vector<int32_t> too_long((size_t)c.max_position_embeddings + 1, 5);
+  auto r2 = (*gpu)->prefill(s, too_long);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.err().message.find("max_position_embeddings"), std::string::npos) << r2.err().message;
+  EXPECT_EQ(s.n_tokens(), 0);
+  auto ok = (*gpu)->prefill(s, tokens_of(20, c.vocab_size, 1));
+  ASSERT_TRUE(ok.ok()) << ok.err().message;
+  EXPECT_EQ(s.n_tokens(), 20);
+}
