@@ -318,11 +318,85 @@ class event_profiler final : public kcu::launch_profiler {
   int steps_ = 0;
 };
 
+// --prefill: an N-token prompt prefilled on the GPU per chunk size (CED; the full stack at the
+// first chunk size), each after a warm-up prefill on another sequence, wall time of the whole
+// call; the bound is the weight bytes of one chunk step (the distinct experts of `chunk` rows)
+// at the copy bandwidth, per token of the chunk. The CPU runner's CED prefill of cpu_n tokens
+// beside it. false on an error (printed).
+bool bench_prefill(const cm::engine& eng, const std::string& name, int64_t N, const std::vector<int64_t>& chunks,
+                   int64_t cpu_n, double bw, FILE* csv) {
+  const cm::model_config& c = eng.config();
+  if (N > c.max_position_embeddings) {
+    std::fprintf(stderr, "bench_cuda_decode: --prefill %lld exceeds the model's positions\n", (long long)N);
+    return false;
+  }
+  std::mt19937 g(5);
+  std::vector<int32_t> toks((size_t)N);
+  for (auto& t : toks) t = (int32_t)(3 + g() % (uint32_t)(c.vocab_size - 3));
+  auto row = [&](const char* backend, int64_t n, int64_t chunk, const char* mode, double sec) {
+    const double bytes = chunk > 0 ? weight_bytes_per_step(eng, (int)chunk) : 0;
+    const double bound = chunk > 0 && bw > 0 ? (double)chunk / (bytes / bw) : 0;
+    const double tps = (double)n / sec;
+    std::printf("  %-8s prefill %7lld tokens, %-4s chunk %4lld %-10s: %8.3f s %10.1f tok/s", name.c_str(), (long long)n,
+                backend, (long long)chunk, mode, sec, tps);
+    if (bound > 0) std::printf(" | weight-stream bound %10.1f tok/s -> %5.1f%%", bound, 100 * tps / bound);
+    std::printf("\n");
+    std::fflush(stdout);
+    if (csv)
+      std::fprintf(csv, "%s,%lld,%lld,%s,%lld,%s,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),
+                   (long long)n, backend, (long long)chunk, mode, sec, tps, bytes, bound, bound > 0 ? tps / bound : 0);
+  };
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    setenv("CEDAR_CUDA_PREFILL_CHUNK", std::to_string(chunks[k]).c_str(), 1);
+    auto be = cm::make_backend(eng, cm::backend_request::cuda);
+    unsetenv("CEDAR_CUDA_PREFILL_CHUNK");
+    if (!be) {
+      std::fprintf(stderr, "bench_cuda_decode: %s\n", be.err().message.c_str());
+      return false;
+    }
+    for (int full = 0; full < (k == 0 ? 2 : 1); ++full) {
+      cm::prefill_options o;
+      o.mode = full ? cm::prefill_mode::full_stack : cm::prefill_mode::ced;
+      cm::sequence warm(c);
+      const size_t nw = std::min<size_t>(toks.size(), (size_t)(2 * chunks[k] + c.sliding_window + 1));
+      if (auto r = (*be)->prefill(warm, std::span<const int32_t>(toks.data(), nw), o); !r) {
+        std::fprintf(stderr, "bench_cuda_decode: prefill: %s\n", r.err().message.c_str());
+        return false;
+      }
+      cm::sequence s(c);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = (*be)->prefill(s, toks, o);
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!r) {
+        std::fprintf(stderr, "bench_cuda_decode: prefill: %s\n", r.err().message.c_str());
+        return false;
+      }
+      row("cuda", N, chunks[k], full ? "full_stack" : "ced", sec);
+    }
+  }
+  if (cpu_n > 0) {
+    cm::runner rn(eng);
+    cm::sequence s(c);
+    const int64_t n = std::min(cpu_n, N);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = rn.prefill(s, std::span<const int32_t>(toks.data(), (size_t)n));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!r) {
+      std::fprintf(stderr, "bench_cuda_decode: cpu prefill: %s\n", r.err().message.c_str());
+      return false;
+    }
+    row("cpu", n, 0, "ced", sec);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models = "default,rand1b", csv_path, profile_path;
-  bool profile = false;
+  std::string models = "default,rand1b", csv_path, profile_path, prefill_csv_path;
+  bool profile = false, decode = true;
+  int64_t prefill_n = 0, prefill_cpu_n = 1024;
+  std::vector<int64_t> prefill_chunks = {64, 128, 256};
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8, 64};
   int steps = 10;
   for (int i = 1; i < argc; ++i) {
@@ -339,8 +413,13 @@ int main(int argc, char** argv) {
           "usage: bench_cuda_decode [--models default,rand1b] [--contexts 8192,32768,131072]\n"
           "                         [--batches 1,8,64] [--steps N] [--csv FILE] [--quick]\n"
           "                         [--profile] [--profile-csv FILE]\n"
+          "                         [--prefill N] [--prefill-chunks 64,128,256] [--prefill-cpu N]\n"
+          "                         [--prefill-csv FILE] [--no-decode]\n"
           "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
           "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n"
+          "--prefill N: also a prefill of an N-token prompt on the GPU per chunk size (CED, and the\n"
+          "full stack at the first chunk size), beside the weight-stream bound of a chunk step and\n"
+          "the CPU runner's prefill of --prefill-cpu tokens (0: none). --no-decode: prefill only.\n"
           "--profile: every kernel timed alone (steps launched op by op: no graph, no PDL, no side\n"
           "streams), a table per kernel; --profile-csv FILE: also one row per launch of a step\n"
           "(config, position, kernel, blocks, threads, us). The tok/s of a profiled run are not the\n"
@@ -361,6 +440,17 @@ int main(int argc, char** argv) {
     } else if (a == "--profile-csv") {
       profile = true;
       profile_path = val("--profile-csv");
+    } else if (a == "--prefill") {
+      prefill_n = parse_list(val("--prefill"), "--prefill")[0];
+    } else if (a == "--prefill-chunks") {
+      prefill_chunks = parse_list(val("--prefill-chunks"), "--prefill-chunks");
+    } else if (a == "--prefill-cpu") {
+      const std::string v = val("--prefill-cpu");
+      prefill_cpu_n = v == "0" ? 0 : parse_list(v, "--prefill-cpu")[0];
+    } else if (a == "--prefill-csv") {
+      prefill_csv_path = val("--prefill-csv");
+    } else if (a == "--no-decode") {
+      decode = false;
     } else if (a == "--quick") {
       contexts = {8192};
       batches = {1, 8};
@@ -394,6 +484,8 @@ int main(int argc, char** argv) {
   std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (csv) std::fprintf(csv, "model,params,context,batch,ms_per_step,device_ms_per_step,tok_per_s,bytes_per_step,roofline_tok_per_s,fraction\n");
+  FILE* fcsv = prefill_csv_path.empty() ? nullptr : std::fopen(prefill_csv_path.c_str(), "w");
+  if (fcsv) std::fprintf(fcsv, "model,params,prompt,backend,chunk,mode,seconds,tok_per_s,bytes_per_chunk_step,bound_tok_per_s,fraction\n");
   const char* src_dir = std::getenv("CEDAR_SOURCE_DIR");
   const std::string root = src_dir ? src_dir : ".";
   std::stringstream ms(models);
@@ -446,7 +538,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::printf("model %s: %.3g parameters; %s\n", name.c_str(), (double)eng.n_params(), (*be)->device().c_str());
-    for (int64_t N : contexts) {
+    for (int64_t N : decode ? contexts : std::vector<int64_t>{}) {
       if (N + steps + 8 > c.max_position_embeddings) continue;
       auto base = synthetic_sequence(eng, N, 1);
       if (!base) {
@@ -498,7 +590,9 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv)) return 1;
   }
+  if (fcsv) std::fclose(fcsv);
   if (csv) std::fclose(csv);
   if (pcsv) std::fclose(pcsv);
   return 0;
