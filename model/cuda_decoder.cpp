@@ -520,18 +520,8 @@ status cuda_backend::decode_step(std::span<sequence* const> seqs, std::span<cons
 result<logits_rows> cuda_backend::prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) {
   if (!gpu_prefill_ || opt.trace || seq.storage() != kv_storage::packed) return cpu_.prefill(seq, tokens, opt);
   const model_config& c = e_.config();
-  if (tokens.empty()) return make_error(errc::invalid_argument, "prefill: no tokens");
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
-      return make_error(errc::invalid_argument, "token " + std::to_string(i) + " has id " + std::to_string(tokens[i]) +
-                                                    ", outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  CEDAR_TRY(check_prefill(c, seq, tokens));  // the runner's checks, before any row runs
   sequence* ps = &seq;
-  // the sequence's config (check_decode_batch's check) and room for every position
-  CEDAR_TRY(check_decode_batch(c, {&ps, 1}, tokens.first(1)));
-  if (seq.n_tokens() + (int64_t)tokens.size() > c.max_position_embeddings)
-    return make_error(errc::invalid_argument, "prefill: " + std::to_string(seq.n_tokens() + (int64_t)tokens.size()) +
-                                                  " positions exceed max_position_embeddings = " +
-                                                  std::to_string(c.max_position_embeddings));
   const size_t T = tokens.size(), W = (size_t)c.sliding_window;
   const bool cut = opt.mode == prefill_mode::ced && T > W && c.first_decoder_layer >= 0;
   const size_t tail = cut ? T - W : 0;  // the first row that runs every layer

@@ -1174,9 +1174,7 @@ void commit(const engine& e, sequence& s, const int32_t* t, int n, std::vector<i
 // ============================================================================================
 // Public API
 // ============================================================================================
-result<logits_rows> runner::prefill(sequence& seq, std::span<const int32_t> tokens,
-                                    const prefill_options& opt) {
-  const model_config& c = e_.config();
+status check_prefill(const model_config& c, const sequence& seq, std::span<const int32_t> tokens) {
   CEDAR_TRY(check_sequence(c, seq));
   if (tokens.empty()) return make_error(errc::invalid_argument, "prefill: no tokens");
   CEDAR_TRY(check_tokens(c, tokens));
@@ -1184,6 +1182,13 @@ result<logits_rows> runner::prefill(sequence& seq, std::span<const int32_t> toke
     return make_error(errc::invalid_argument, "prefill: " + std::to_string(seq.n_tokens() + (int64_t)tokens.size()) +
                                                   " positions exceed max_position_embeddings = " +
                                                   std::to_string(c.max_position_embeddings));
+  return {};
+}
+
+result<logits_rows> runner::prefill(sequence& seq, std::span<const int32_t> tokens,
+                                    const prefill_options& opt) {
+  const model_config& c = e_.config();
+  CEDAR_TRY(check_prefill(c, seq, tokens));
   workspace& ws = *ws_;
   const bool ced = opt.mode == prefill_mode::ced;
   const int T = (int)tokens.size();

@@ -74,6 +74,11 @@ struct logits_rows {
 // config, room for one more position.
 status check_decode_batch(const model_config& c, std::span<sequence* const> seqs, std::span<const int32_t> tokens);
 
+// The checks every backend's prefill makes before any row runs (errors name the bad argument):
+// at least one token, ids in the vocabulary, a sequence made for this config, room for every
+// position.
+status check_prefill(const model_config& c, const sequence& seq, std::span<const int32_t> tokens);
+
 class runner {
  public:
   explicit runner(const engine& e);

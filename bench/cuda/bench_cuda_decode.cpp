@@ -485,6 +485,10 @@ int main(int argc, char** argv) {
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (csv) std::fprintf(csv, "model,params,context,batch,ms_per_step,device_ms_per_step,tok_per_s,bytes_per_step,roofline_tok_per_s,fraction\n");
   FILE* fcsv = prefill_csv_path.empty() ? nullptr : std::fopen(prefill_csv_path.c_str(), "w");
+  if (!prefill_csv_path.empty() && !fcsv) {
+    std::fprintf(stderr, "bench_cuda_decode: --prefill-csv: cannot write %s\n", prefill_csv_path.c_str());
+    return 2;
+  }
   if (fcsv) std::fprintf(fcsv, "model,params,prompt,backend,chunk,mode,seconds,tok_per_s,bytes_per_chunk_step,bound_tok_per_s,fraction\n");
   const char* src_dir = std::getenv("CEDAR_SOURCE_DIR");
   const std::string root = src_dir ? src_dir : ".";

@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--csv", help="write the rows here")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU in fp32 (a smoke test, not a figure)")
     args = ap.parse_args()
+    if args.prompt <= 0 or args.repeats <= 0:
+        ap.error(f"--prompt and --repeats must be positive (got {args.prompt}, {args.repeats})")
     if not args.cpu and not torch.cuda.is_available():
         raise SystemExit("bench_torch_prefill: needs a CUDA GPU (or --cpu for a smoke test)")
     dev = torch.device("cpu" if args.cpu else "cuda")
