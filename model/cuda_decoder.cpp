@@ -1,5 +1,5 @@
 // cuda_decoder — the cuda backend (backend.hpp): decode steps of a batch of sequences and
-// chunked prefill on one NVIDIA GPU, replay on the CPU runner.
+// chunked prefill and bounded replay on one NVIDIA GPU.
 //
 // Device state:
 //   weights   every matrix uploaded once in its checkpoint format (BF16 / FP8 + UE8M0 /
@@ -40,8 +40,12 @@
 // sequence's ring copied in first, the last W positions copied back), and each compressor row
 // reads its group's earlier rows from the step's projected rows (the sequence's pending rows
 // copied in front of them); the new entries are appended in row order. Launched op by op.
+// Replay chunks (replay()): the same over rows already in the sequence — no compressor, nothing
+// appended, each row's index scoring limited to the entries its position saw, hinted rows'
+// selections uploaded instead of scored; only the rings come back.
+// Every step hands its rows' index selections back as resume hints (sequence::note_selection).
 // Not yet: tensor-core GEMMs for the routed experts, tensor-core attention for long chunks,
-// whole layers fused, replay on the GPU.
+// whole layers fused.
 #include "model/backend.hpp"
 
 #include <string>
@@ -199,6 +203,10 @@ class cuda_backend final : public backend {
     const char* pf = std::getenv("CEDAR_CUDA_PREFILL");
     gpu_prefill_ = !(pf && std::string(pf) == "0");
     if (const char* pc = std::getenv("CEDAR_CUDA_PREFILL_CHUNK")) prefill_chunk_ = std::max(1, std::atoi(pc));
+    const char* hn = std::getenv("CEDAR_CUDA_HINTS");
+    record_hints_ = !(hn && std::string(hn) == "0");
+    const char* rp = std::getenv("CEDAR_CUDA_REPLAY");
+    gpu_replay_ = !(rp && std::string(rp) == "0");
   }
   ~cuda_backend() override {
     seqs_.clear();
@@ -222,10 +230,14 @@ class cuda_backend final : public backend {
 
   backend_kind kind() const override { return backend_kind::cuda; }
   std::string device() const override {
-    return "cuda (" + device_name_ + "), " + (gpu_prefill_ ? "replay on the CPU" : "prefill and replay on the CPU");
+    const char* cpu = !gpu_prefill_ && !gpu_replay_ ? ", prefill and replay on the CPU"
+                      : !gpu_prefill_                ? ", prefill on the CPU"
+                      : !gpu_replay_                 ? ", replay on the CPU"
+                                                     : "";
+    return "cuda (" + device_name_ + ")" + cpu;
   }
   result<logits_rows> prefill(sequence& seq, std::span<const int32_t> tokens, const prefill_options& opt) override;
-  result<logits_rows> replay(sequence& seq, int n) override { return cpu_.replay(seq, n); }
+  result<logits_rows> replay(sequence& seq, int n) override;
   status decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
                      std::vector<float>& logits) override;
   double last_step_device_ms() const override { return last_device_ms_; }
@@ -244,13 +256,27 @@ class cuda_backend final : public backend {
   status upload_weights();
   // sequences
   status sync_sequence(const sequence& s, dev_sequence& d);
-  // One step of the device: decode (chunk = false: one row per sequence, distinct sequences) or
-  // a prefill chunk (chunk = true: every row belongs to seqs[0], at consecutive positions).
-  // logits: [rows_out, vocab], rows_out = B, or 1 (the chunk's last row) unless all_logits.
-  // enc_only (a chunk before a CED prefill's tail): the layers before first_decoder_layer, then
-  // that layer's mHC site and compressor (its KV source's entries and index keys), no head.
-  status run_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, bool chunk, bool all_logits,
-                  std::vector<float>& logits, bool enc_only = false);
+  // What one step of the device runs (run_rows). Default: a decode step, one row per sequence
+  // (distinct sequences).
+  struct step_spec {
+    bool chunk = false;       // every row belongs to seqs[0], at consecutive positions
+    bool all_logits = false;  // a chunk: every row's logits (else only the last row's)
+    // a chunk before a CED prefill's tail: the layers before first_decoder_layer, then that
+    // layer's mHC site and compressor (its KV source's entries and index keys), no head
+    bool enc_only = false;
+    // a chunk of rows already in the sequence, from position pos0 (bounded replay): every layer,
+    // no compressor, nothing appended, only the SWA rings written; the last `hinted` rows take
+    // their index selections from the sequence's resume hints instead of scoring
+    bool replay = false;
+    bool head = true;  // replay: false for a chunk whose logits nobody reads
+    int64_t pos0 = 0;
+    int hinted = 0;
+  };
+  // One step of the device. logits: [rows_out, vocab]: rows_out = B (decode, all_logits), 1 (a
+  // chunk's last row) or 0 (enc_only, a replay chunk without head). New rows' index selections
+  // become the sequences' resume hints (sequence::note_selection), as the CPU runner records them.
+  status run_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, const step_spec& sp,
+                  std::vector<float>& logits);
   template <class T>
   T* ws(const char* name, size_t n) {
     dev_mem& m = scratch_[name];
@@ -298,6 +324,10 @@ class cuda_backend final : public backend {
   // prefill on the GPU in chunks of prefill_chunk_ rows (CEDAR_CUDA_PREFILL=0: on the CPU runner,
   // diagnostics and A/B; CEDAR_CUDA_PREFILL_CHUNK=N: the chunk)
   bool gpu_prefill_ = true;
+  bool gpu_replay_ = true;  // bounded replay on the GPU (CEDAR_CUDA_REPLAY=0: on the CPU runner)
+  // every step's index selections handed back as resume hints (CEDAR_CUDA_HINTS=0: not
+  // recorded, diagnostics and A/B: a later replay then re-scores its rows)
+  bool record_hints_ = true;
   int prefill_chunk_ = 128;
 };
 
@@ -504,7 +534,7 @@ status cuda_backend::decode_step(std::span<sequence* const> seqs, std::span<cons
     if (seqs[i]->storage() != kv_storage::packed)
       return make_error(errc::mismatch, "decode_step: sequence " + std::to_string(i) +
                                             " keeps unquantised KV (the cuda backend decodes packed caches only)");
-  return run_rows(seqs, tokens, false, false, logits);
+  return run_rows(seqs, tokens, step_spec{}, logits);
 }
 
 // Prefill on the GPU: the tokens in chunks of prefill_chunk_ rows, each chunk one step of the
@@ -541,7 +571,9 @@ result<logits_rows> cuda_backend::prefill(sequence& seq, std::span<const int32_t
       for (int l = c.first_decoder_layer; l < c.num_hidden_layers; ++l) seq.set_ring_first_pos(l, n0 + (int64_t)tail);
       if (m) m->version = seq.version();
     }
-    CEDAR_TRY(run_rows({&ps, 1}, tokens.subspan(off, n), true, opt.all_logits, lg, enc));
+    step_spec sp;
+    sp.chunk = true, sp.all_logits = opt.all_logits, sp.enc_only = enc;
+    CEDAR_TRY(run_rows({&ps, 1}, tokens.subspan(off, n), sp, lg));
     if (!enc) {
       if (opt.all_logits) out.values.insert(out.values.end(), lg.begin(), lg.end());
       else out.values.swap(lg);
@@ -552,9 +584,48 @@ result<logits_rows> cuda_backend::prefill(sequence& seq, std::span<const int32_t
   return out;
 }
 
-status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, bool chunk,
-                              bool all_logits, std::vector<float>& logits, bool enc_only) {
+// Bounded replay on the GPU (runner::replay's contract): the last n tokens (start rounded down
+// to a multiple of every compress ratio) run again through every layer in chunks of
+// prefill_chunk_ rows to rebuild the SWA rings; the persisted entries are read, never
+// recomputed; the pending groups and the n-gram history are kept; the rows whose selections
+// the sequence holds as resume hints take them instead of scoring. After a restore the mirror
+// is uploaded first (the pages as stored, no conversion). On the CPU runner instead: unquantised
+// KV, or CEDAR_CUDA_REPLAY=0.
+result<logits_rows> cuda_backend::replay(sequence& seq, int n) {
+  if (!gpu_replay_ || seq.storage() != kv_storage::packed) return cpu_.replay(seq, n);
   const model_config& c = e_.config();
+  auto first = replay_start(c, seq, n);
+  if (!first) return first.take_err();
+  const int64_t N = seq.n_tokens(), start = *first;
+  // the rings restart at `start`; a valid mirror stays valid (the windows exclude older slots)
+  dev_sequence* m = nullptr;
+  if (auto it = seqs_.find(seq.id()); it != seqs_.end() && it->second.id == seq.id() && it->second.version == seq.version())
+    m = &it->second;
+  for (int l = 0; l < c.num_hidden_layers; ++l) seq.set_ring_first_pos(l, start);
+  if (m) m->version = seq.version();
+  const int64_t hinted = N - std::max(start, seq.selections_from());  // the last rows
+  sequence* ps = &seq;
+  std::span<const int32_t> toks(seq.tokens().data() + start, (size_t)(N - start));
+  logits_rows out;
+  for (int64_t off = 0; off < N - start;) {
+    const int64_t rows = std::min<int64_t>(N - start - off, prefill_chunk_);
+    step_spec sp;
+    sp.chunk = sp.replay = true;
+    sp.pos0 = start + off;
+    sp.head = off + rows == N - start;
+    sp.hinted = (int)std::clamp<int64_t>(off + rows - (N - start - hinted), 0, rows);
+    CEDAR_TRY(run_rows({&ps, 1}, toks.subspan((size_t)off, (size_t)rows), sp, out.values));
+    off += rows;
+  }
+  out.n_rows = 1;
+  out.first_pos = N - 1;
+  return out;
+}
+
+status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const int32_t> tokens, const step_spec& sp,
+                              std::vector<float>& logits) {
+  const model_config& c = e_.config();
+  const bool chunk = sp.chunk || sp.replay, all_logits = sp.all_logits, enc_only = sp.enc_only, rep = sp.replay;
   const int B = (int)tokens.size();  // rows (decode: one per sequence)
   const int L = c.num_hidden_layers, W = c.sliding_window, hd = c.head_dim, H = c.num_attention_heads;
   const int d = (int)c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
@@ -618,7 +689,8 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   // ---- host-side step description -> one blob ----------------------------------------------
   blob_.clear();
   std::vector<int64_t> pos((size_t)B);
-  for (int r = 0; r < B; ++r) pos[(size_t)r] = chunk ? seqs[0]->n_tokens() + r : seqs[(size_t)r]->n_tokens();
+  for (int r = 0; r < B; ++r)
+    pos[(size_t)r] = chunk ? (rep ? sp.pos0 : seqs[0]->n_tokens()) + r : seqs[(size_t)r]->n_tokens();
   std::vector<float> cosm((size_t)B * np), sinm((size_t)B * np), cosc((size_t)B * np), sinc((size_t)B * np);
   for (int r = 0; r < B; ++r) {
     e_.main_rope().at(pos[(size_t)r], cosm.data() + (size_t)r * np, sinm.data() + (size_t)r * np);
@@ -640,6 +712,8 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       for (int sh = 0; sh < EL.max_ngram; ++sh) {
         if (pos[(size_t)r] < sh) ctx[(size_t)sh] = e_.engram_pad_compressed();
         else if (sh <= o) ctx[(size_t)sh] = e_.engram_token_map()[(size_t)tokens[(size_t)(r - sh)]];
+        else if (rep)  // a replayed row's predecessors are in the sequence's token log
+          ctx[(size_t)sh] = e_.engram_token_map()[(size_t)seqs[0]->tokens()[(size_t)(pos[(size_t)r] - sh)]];
         else ctx[(size_t)sh] = hist[hist.size() - (size_t)(sh - o)];
       }
       for (int li = 0; li < nl; ++li) EL.hash(li, ctx.data(), hash.data() + ((size_t)r * nl + li) * nc);
@@ -661,7 +735,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       dev_source& so = ds[(size_t)r]->sources[(size_t)i];
       const size_t k = (size_t)i * B + (size_t)r;
       if (!chunk || r == 0) npend = st.n_pending, ne = st.n_entries;
-      const bool emit = st.ratio == 1 || npend == st.ratio - 1;
+      const bool emit = !rep && (st.ratio == 1 || npend == st.ratio - 1);  // a replay appends nothing
       const size_t slot = (size_t)(so.n_entries + (ne - st.n_entries));  // the mirror's count = the host's
       dst_main[k] = emit ? so.main.as<uint8_t>() + slot * main_b : nullptr;
       dst_index[k] = emit ? so.index.as<uint8_t>() + slot * idx_b : nullptr;
@@ -670,7 +744,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       n_pend[k] = npend;
       e_.compress_rope().at(ne * (int64_t)st.ratio, cose.data() + k * np, sine.data() + k * np);
       if (emit) ++ne, npend = 0, ++emits[(size_t)i];
-      else ++npend;
+      else if (!rep) ++npend;
       ne_after[k] = ne;
     }
     pend_end[(size_t)i] = npend;
@@ -750,6 +824,40 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     }
   }
   const size_t o_vis = blob_put(blob_, vis.data(), vis.size());
+  // index selections: each index layer's top-k into its own slot of `sel` ([n_idx, B, K] ids,
+  // then [n_idx, B] counts, after the staged cache bytes), so the rows a sequence keeps as
+  // resume hints come down with the step (a decode step: every row, in the one download; a
+  // chunk: its last selection_capacity() rows; a replay: none, the hints stay the exact pass's)
+  std::vector<int> islot((size_t)L, -1), idx_layer;
+  int n_idx_run = 0;  // index layers this step runs (enc_only: those before first_decoder_layer)
+  for (int l = 0; l < L; ++l)
+    if (c.layers[(size_t)l].ratio > 0 && e_.block(l).attn.has_indexer) {
+      islot[(size_t)l] = (int)idx_layer.size();
+      idx_layer.push_back(l);
+      if (!enc_only || l < fdl) n_idx_run = (int)idx_layer.size();
+    }
+  const int n_idx = (int)idx_layer.size();
+  const int keep = rep || !record_hints_ || n_idx_run == 0 ? 0 : chunk ? std::min(B, seqs[0]->selection_capacity()) : B;
+  const size_t sel_bytes = sizeof(int32_t) * (size_t)n_idx * B * (K + 1);
+  const size_t sel_dl = sizeof(int32_t) * (size_t)n_idx_run * keep * (K + 1);
+  // a replay's hinted rows (its last nh): their selections, uploaded with the step
+  const int nh = rep ? std::clamp(sp.hinted, 0, B) : 0;
+  size_t o_hid = 0, o_hn = 0;
+  if (nh > 0 && n_idx > 0) {
+    std::vector<int32_t> hid((size_t)n_idx * nh * K);
+    std::vector<int> hn((size_t)n_idx * nh);
+    for (int j = 0; j < n_idx; ++j)
+      for (int i = 0; i < nh; ++i) {
+        const int32_t* h = seqs[0]->selection(idx_layer[(size_t)j], pos[(size_t)(B - nh + i)]);
+        int n = 0;
+        while (n < K && h[n] >= 0) ++n;
+        std::copy_n(h, K, hid.data() + ((size_t)j * nh + i) * K);
+        hn[(size_t)j * nh + i] = n;
+      }
+    o_hid = blob_put(blob_, hid.data(), hid.size());
+    o_hn = blob_put(blob_, hn.data(), hn.size());
+  }
+
   // write-back spans, at offsets that depend only on the batch shape (so a captured graph stays
   // valid): ring slots [L, B]; per (source, row) two slots — the new main entry and index key,
   // or the pending kv and gate rows when the row's group is not complete
@@ -784,7 +892,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       if (dst_main[k]) {
         add_back(1, i, r, dst_main[k], main_b, off);
         add_back(2, i, r, dst_index[k], idx_b, off + slot_a);
-      } else if (!chunk || r >= B - pend_end[(size_t)i]) {
+      } else if (!rep && (!chunk || r >= B - pend_end[(size_t)i])) {
         // from the mirror's pending rows (a chunk copies its last group's rows there)
         const dev_source& so = ds[(size_t)r]->sources[(size_t)i];
         const size_t rowb = sizeof(float) * (size_t)hd, po = rowb * (size_t)n_pend[k];
@@ -792,8 +900,10 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         add_back(4, i, r, so.pending_gate.as<uint8_t>() + po, rowb, off + slot_a, n_pend[k]);
       }
     }
-  uint8_t* stage = ws<uint8_t>("stage", stage_bytes);
+  uint8_t* stage = ws<uint8_t>("stage", stage_bytes + sel_bytes);  // sel (below) after the cache bytes
   if (!stage) return make_error(errc::unavailable, "cuda backend: out of device memory (staging)");
+  int32_t* sel_ids = reinterpret_cast<int32_t*>(stage + stage_bytes);
+  int* sel_n = reinterpret_cast<int*>(sel_ids + (size_t)n_idx * B * K);
   for (size_t j = 0; j < back.size(); ++j) span_dst[j] = stage + back[j].off;
   const int n_spans = (int)back.size();
   const size_t o_ssrc = blob_put(blob_, span_src.data(), span_src.size());
@@ -801,9 +911,10 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   const size_t o_slen = blob_put(blob_, span_len.data(), span_len.size());
 
   // ---- pinned host buffer (the blob going up, logits + staged bytes coming down) ------------
-  const int rows_out = enc_only ? 0 : chunk && !all_logits ? 1 : B, row_out0 = B - rows_out;  // rows reaching the head
+  const int rows_out = enc_only || (rep && !sp.head) ? 0 : chunk && !all_logits ? 1 : B,
+            row_out0 = B - rows_out;  // rows reaching the head
   const size_t lg_bytes = sizeof(float) * (size_t)rows_out * V;
-  const size_t pin_need = std::max(blob_.size(), lg_bytes + stage_bytes);
+  const size_t pin_need = std::max(blob_.size(), lg_bytes + stage_bytes + sel_dl);
   if (pin_need > pinned_bytes_) {
     if (pinned_) cudaFreeHost(pinned_);
     pinned_ = nullptr;
@@ -982,6 +1093,8 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
 
     int eli = 0;
     int cand_nb = 0;
+    int32_t* cur_ids = topk_ids;  // the latest index layer's selections
+    int* cur_n = topk_n;
     pending_out pending;  // a sub-layer output not yet expanded into the streams
     for (int l = 0; l < L; ++l) {
       const layer_info& li = c.layers[(size_t)l];
@@ -1007,7 +1120,8 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       const bool indexed = li.ratio > 0 && ha.has_indexer;
       // a CED prefill's rows before the tail stop at the first decoder layer's compressor
       const bool cut = enc_only && l == fdl;
-      const int csrc = ha.has_compressor ? seqs[0]->source_of_layer(l) : -1;
+      const bool comp = ha.has_compressor && !rep;  // a replay's entries are in the sequence already
+      const int csrc = comp ? seqs[0]->source_of_layer(l) : -1;
       const size_t rowf = sizeof(float) * (size_t)hd;
       float* ckv_rows = ckv + (size_t)P * hd;  // row 0 of this step's projected compressor rows
       float* cgate_rows = cgate + (size_t)P * hd;
@@ -1029,7 +1143,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
           it[n++] = gemv_item(b.wq_a, x, d, qr, ql, b.attn_norm, xinv);
           it[n++] = gemv_item(b.wkv, x, d, kvr, hd, b.attn_norm, xinv);
         }
-        if (ha.has_compressor) {
+        if (comp) {
           it[n++] = gemv_item(b.c_wkv, x, d, ckv_rows, hd, b.attn_norm, xinv);
           if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate_rows, hd, b.attn_norm, xinv);
         }
@@ -1039,7 +1153,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       // the cache entries of this step: norm, RoPE and encoding jobs, launched together below
       kcu::norm_rope_pack_params packs[kcu::k_norm_rope_pack_max];
       int npacks = 0;
-      if (ha.has_compressor) {
+      if (comp) {
         const size_t k0 = (size_t)csrc * B;
         kcu::compressor_params cp;
         cp.R = B, cp.hd = hd, cp.ratio = li.ratio, cp.eps = eps, cp.kv = ckv_rows;
@@ -1080,7 +1194,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         int n = 0;
         if (!cut) it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd, b.q_norm);
         if (indexed && !cut) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di, b.q_norm);
-        if (ha.has_compressor) it[n++] = gemv_item(b.i_wk, latent, hd, keys, Di);
+        if (comp) it[n++] = gemv_item(b.i_wk, latent, hd, keys, Di);
         if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       if (cut) {
@@ -1101,7 +1215,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       CEDAR_TRY(kcu::norm_rope_pack_many(packs, npacks, stream_));
       int src = -1;
       if (li.ratio > 0) src = seqs[0]->source_of_layer(li.kv_source);
-      if (indexed) {
+      if (indexed && nh < B) {
         const int Ev = ecap[(size_t)l];
         kcu::index_scores_params ip;
         ip.R = B, ip.E = Ev, ip.Hi = Hi, ip.Di = Di, ip.sscale = 1.0f / std::sqrt((float)Di);
@@ -1121,7 +1235,21 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
           CEDAR_TRY(kcu::topk(bscore, B, cand_nb, c.candidate_topk_blocks, bids, bn, stream_));
           CEDAR_TRY(kcu::ids_to_mask(bids, bn, B, c.candidate_topk_blocks, cand_nb, allowed, stream_));
         }
-        CEDAR_TRY(kcu::topk(score, B, Ev, K, topk_ids, topk_n, stream_));
+        CEDAR_TRY(kcu::topk(score, B, Ev, K, sel_ids + (size_t)islot[(size_t)l] * B * K,
+                            sel_n + (size_t)islot[(size_t)l] * B, stream_));
+      }
+      if (indexed) {  // this layer's selections: read by its attention and the layers sharing them
+        cur_ids = sel_ids + (size_t)islot[(size_t)l] * B * K;
+        cur_n = sel_n + (size_t)islot[(size_t)l] * B;
+        if (nh > 0) {  // a replay's hinted rows: the exact pass's selections instead
+          const int j = islot[(size_t)l];
+          CEDAR_CU(cudaMemcpyAsync(cur_ids + (size_t)(B - nh) * K, at(o_hid) + sizeof(int32_t) * (size_t)j * nh * K,
+                                   sizeof(int32_t) * (size_t)nh * K, cudaMemcpyDeviceToDevice, stream_),
+                   "cuda backend: resume hints");
+          CEDAR_CU(cudaMemcpyAsync(cur_n + (B - nh), at(o_hn) + sizeof(int) * (size_t)j * nh, sizeof(int) * (size_t)nh,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "cuda backend: resume hints");
+        }
       }
       {
         kcu::sparse_attention_params ap;
@@ -1133,7 +1261,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         ap.wcap = Wx;
         if (src >= 0) {
           ap.main = (const uint8_t* const*)at(o_smain) + (size_t)src * B;
-          ap.sel = topk_ids, ap.nsel = topk_n, ap.K = K;
+          ap.sel = cur_ids, ap.nsel = cur_n, ap.K = K;
         }
         ap.out = o;
         ap.rope_cos = rc, ap.rope_sin = rs, ap.rope_np = np;  // q rotated on read, the output back
@@ -1233,8 +1361,23 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     // one download: logits, then the staged cache bytes
     if (lg_bytes)
       CEDAR_CU(cudaMemcpyAsync(pinned_, lg, lg_bytes, cudaMemcpyDeviceToHost, stream_), "cuda backend: logits download");
-    CEDAR_CU(cudaMemcpyAsync(pinned_ + lg_bytes, stage, stage_bytes, cudaMemcpyDeviceToHost, stream_),
-             "cuda backend: cache download");
+    if (keep == B && n_idx_run == n_idx) {  // the selections contiguous after the cache bytes
+      CEDAR_CU(cudaMemcpyAsync(pinned_ + lg_bytes, stage, stage_bytes + sel_dl, cudaMemcpyDeviceToHost, stream_),
+               "cuda backend: cache download");
+    } else {
+      CEDAR_CU(cudaMemcpyAsync(pinned_ + lg_bytes, stage, stage_bytes, cudaMemcpyDeviceToHost, stream_),
+               "cuda backend: cache download");
+      if (sel_dl > 0) {  // rows [B − keep, B) of the index layers run: ids, then counts
+        uint8_t* hs = pinned_ + lg_bytes + stage_bytes;
+        const size_t w_ids = sizeof(int32_t) * (size_t)keep * K, w_n = sizeof(int) * (size_t)keep;
+        CEDAR_CU(cudaMemcpy2DAsync(hs, w_ids, sel_ids + (size_t)(B - keep) * K, sizeof(int32_t) * (size_t)B * K, w_ids,
+                                   (size_t)n_idx_run, cudaMemcpyDeviceToHost, stream_),
+                 "cuda backend: selections download");
+        CEDAR_CU(cudaMemcpy2DAsync(hs + w_ids * n_idx_run, w_n, sel_n + (B - keep), sizeof(int) * (size_t)B, w_n,
+                                   (size_t)n_idx_run, cudaMemcpyDeviceToHost, stream_),
+                 "cuda backend: selections download");
+      }
+    }
     return {};
   };
 
@@ -1295,6 +1438,20 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       std::vector<float>& v = bi.kind == 3 ? st.pending_kv : st.pending_gate;
       std::memcpy(v.data() + (size_t)bi.pend * hd, bytes, bi.len);
     }
+  }
+  if (sel_dl > 0) {  // [n_idx_run, keep, K] ids, then [n_idx_run, keep] counts
+    const int32_t* hid = reinterpret_cast<const int32_t*>(pinned_ + lg_bytes + stage_bytes);
+    const int* hn = reinterpret_cast<const int*>(hid + (size_t)n_idx_run * keep * K);
+    for (int j = 0; j < n_idx_run; ++j)
+      for (int i = 0; i < keep; ++i) {
+        const int r = B - keep + i;
+        seq_of(r).note_selection(idx_layer[(size_t)j], pos[(size_t)r], hid + ((size_t)j * keep + i) * K,
+                                 hn[(size_t)j * keep + i]);
+      }
+  }
+  if (rep) {  // only the rings changed (written back above); the mirror holds the same bytes
+    ds[0]->version = seqs[0]->version();
+    return {};
   }
   if (chunk) {
     sequence& s = *seqs[0];

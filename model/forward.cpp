@@ -1203,6 +1203,17 @@ result<logits_rows> runner::prefill(sequence& seq, std::span<const int32_t> toke
   return out;
 }
 
+result<int64_t> replay_start(const model_config& c, const sequence& seq, int n) {
+  CEDAR_TRY(check_sequence(c, seq));
+  const int64_t N = seq.n_tokens();
+  if (n <= 0 || n > N)
+    return make_error(errc::invalid_argument, "replay: n = " + std::to_string(n) + " must be in [1, " +
+                                                  std::to_string(N) + "] (the sequence's tokens)");
+  int64_t start = N - n, align = 1;
+  for (int i = 0; i < seq.n_sources(); ++i) align = std::lcm(align, (int64_t)seq.source(i).ratio);
+  return start - start % align;
+}
+
 status check_decode_batch(const model_config& c, std::span<sequence* const> seqs, std::span<const int32_t> tokens) {
   if (seqs.empty() || seqs.size() != tokens.size())
     return make_error(errc::invalid_argument, "decode_step: need one token per sequence (got " +
@@ -1237,15 +1248,9 @@ status runner::decode_step(std::span<sequence* const> seqs, std::span<const int3
 
 result<logits_rows> runner::replay(sequence& seq, int n, bool use_hints, forward_trace* trace) {
   const model_config& c = e_.config();
-  CEDAR_TRY(check_sequence(c, seq));
-  const int64_t N = seq.n_tokens();
-  if (n <= 0 || n > N)
-    return make_error(errc::invalid_argument, "replay: n = " + std::to_string(n) + " must be in [1, " +
-                                                  std::to_string(N) + "] (the sequence's tokens)");
-  int64_t start = N - n;
-  int64_t align = 1;
-  for (int i = 0; i < seq.n_sources(); ++i) align = std::lcm(align, (int64_t)seq.source(i).ratio);
-  start -= start % align;
+  auto first = replay_start(c, seq, n);
+  if (!first) return first.take_err();
+  const int64_t N = seq.n_tokens(), start = *first;
   for (int l = 0; l < c.num_hidden_layers; ++l) seq.set_ring_first_pos(l, start);
   workspace& ws = *ws_;
   ws.segs.assign(1, segment{&seq, 0, (int)(N - start), start, true, false});

@@ -79,6 +79,11 @@ status check_decode_batch(const model_config& c, std::span<sequence* const> seqs
 // position.
 status check_prefill(const model_config& c, const sequence& seq, std::span<const int32_t> tokens);
 
+// The checks every backend's replay makes (a sequence made for this config, n in [1,
+// n_tokens]) and the first replayed position: n_tokens − n rounded down to a multiple of every
+// compress ratio (so the replay starts on a group boundary of every KV source).
+result<int64_t> replay_start(const model_config& c, const sequence& seq, int n);
+
 class runner {
  public:
   explicit runner(const engine& e);

@@ -390,12 +390,65 @@ bool bench_prefill(const cm::engine& eng, const std::string& name, int64_t N, co
   return true;
 }
 
+// --replay N: resume after a restore. A context of N tokens (CED prefill on the GPU) is
+// snapshotted; each timed run restores it into a fresh sequence and runs the bounded replay of
+// the last sliding_window tokens (what the runtime does on a resume): on the GPU (the mirror's
+// upload of every restored page included) and on the CPU runner, best of `reps`, after one
+// warm-up each. false on an error (printed).
+bool bench_replay(const cm::engine& eng, const std::string& name, int64_t N, int reps) {
+  const cm::model_config& c = eng.config();
+  if (N > c.max_position_embeddings || N < 1) {
+    std::fprintf(stderr, "bench_cuda_decode: --replay %lld is outside the model's positions\n", (long long)N);
+    return false;
+  }
+  auto gpu = cm::make_backend(eng, cm::backend_request::cuda);
+  auto cpu = cm::make_backend(eng, cm::backend_request::cpu);
+  if (!gpu || !cpu) {
+    std::fprintf(stderr, "bench_cuda_decode: %s\n", (!gpu ? gpu.err() : cpu.err()).message.c_str());
+    return false;
+  }
+  std::mt19937 g(7);
+  std::vector<int32_t> toks((size_t)N);
+  for (auto& t : toks) t = (int32_t)(3 + g() % (uint32_t)(c.vocab_size - 3));
+  cm::sequence live(c);
+  if (auto r = (*gpu)->prefill(live, toks); !r) {
+    std::fprintf(stderr, "bench_cuda_decode: replay's context: %s\n", r.err().message.c_str());
+    return false;
+  }
+  const cm::sequence_snapshot snap = live.snapshot();
+  const int n = (int)std::min<int64_t>(c.sliding_window, N);
+  double best[2] = {1e30, 1e30};
+  for (int b = 0; b < 2; ++b) {
+    cm::backend& be = b == 0 ? **gpu : **cpu;
+    for (int k = 0; k <= reps; ++k) {  // k = 0: warm-up
+      cm::sequence s(c);
+      if (auto st = s.restore(snap); !st) {
+        std::fprintf(stderr, "bench_cuda_decode: restore: %s\n", st.err().message.c_str());
+        return false;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = be.replay(s, n);
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!r) {
+        std::fprintf(stderr, "bench_cuda_decode: replay: %s\n", r.err().message.c_str());
+        return false;
+      }
+      if (k > 0) best[b] = std::min(best[b], sec);
+    }
+  }
+  std::printf("  %-8s replay of %d tokens after a restore at context %lld: cuda %.2f ms (pages uploaded included), "
+              "cpu runner %.2f ms -> %.1fx\n",
+              name.c_str(), n, (long long)N, best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string models = "default,rand1b", csv_path, profile_path, prefill_csv_path;
   bool profile = false, decode = true;
-  int64_t prefill_n = 0, prefill_cpu_n = 1024;
+  int64_t prefill_n = 0, prefill_cpu_n = 1024, replay_n = 0;
   std::vector<int64_t> prefill_chunks = {64, 128, 256};
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8, 64};
   int steps = 10;
@@ -414,12 +467,14 @@ int main(int argc, char** argv) {
           "                         [--batches 1,8,64] [--steps N] [--csv FILE] [--quick]\n"
           "                         [--profile] [--profile-csv FILE]\n"
           "                         [--prefill N] [--prefill-chunks 64,128,256] [--prefill-cpu N]\n"
-          "                         [--prefill-csv FILE] [--no-decode]\n"
+          "                         [--prefill-csv FILE] [--replay N] [--no-decode]\n"
           "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
           "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n"
           "--prefill N: also a prefill of an N-token prompt on the GPU per chunk size (CED, and the\n"
           "full stack at the first chunk size), beside the weight-stream bound of a chunk step and\n"
           "the CPU runner's prefill of --prefill-cpu tokens (0: none). --no-decode: prefill only.\n"
+          "--replay N: also the bounded replay after a restore at an N-token context, on the GPU\n"
+          "(the restored pages' upload included) and on the CPU runner.\n"
           "--profile: every kernel timed alone (steps launched op by op: no graph, no PDL, no side\n"
           "streams), a table per kernel; --profile-csv FILE: also one row per launch of a step\n"
           "(config, position, kernel, blocks, threads, us). The tok/s of a profiled run are not the\n"
@@ -442,6 +497,8 @@ int main(int argc, char** argv) {
       profile_path = val("--profile-csv");
     } else if (a == "--prefill") {
       prefill_n = parse_list(val("--prefill"), "--prefill")[0];
+    } else if (a == "--replay") {
+      replay_n = parse_list(val("--replay"), "--replay")[0];
     } else if (a == "--prefill-chunks") {
       prefill_chunks = parse_list(val("--prefill-chunks"), "--prefill-chunks");
     } else if (a == "--prefill-cpu") {
@@ -595,6 +652,7 @@ int main(int argc, char** argv) {
       }
     }
     if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv)) return 1;
+    if (replay_n > 0 && !bench_replay(eng, name, replay_n, 3)) return 1;
   }
   if (fcsv) std::fclose(fcsv);
   if (csv) std::fclose(csv);

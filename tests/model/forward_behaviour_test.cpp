@@ -353,6 +353,25 @@ TEST(forward_errors, bad_inputs_are_errors) {
   EXPECT_EQ(s.n_tokens(), 0);
   EXPECT_FALSE(rn.prefill(s, std::span<const int32_t>{}).ok());
   EXPECT_FALSE(rn.replay(s, 4).ok());
+  // replay: n outside [1, n_tokens], a sequence made for another config (replay_start, shared
+  // with the cuda backend)
+  {
+    cm::sequence r(f.cfg);
+    prefill(rn, r, span_of(f.prompt, 0, 9), cm::prefill_mode::ced);
+    for (int n : {0, -1, 10}) {
+      auto e = rn.replay(r, n);
+      ASSERT_FALSE(e.ok()) << n;
+      EXPECT_NE(e.err().message.find("must be in [1, 9]"), std::string::npos) << e.err().message;
+    }
+    cm::model_config other = f.cfg;
+    other.sliding_window = f.cfg.sliding_window * 2;
+    ASSERT_TRUE(cm::finalize(other).ok());
+    cm::sequence alien(other);
+    auto e = rn.replay(alien, 1);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.err().message.find("different model config"), std::string::npos) << e.err().message;
+    EXPECT_TRUE(rn.replay(r, 9).ok());
+  }
   cm::sequence* twice[2] = {&s, &s};
   const int32_t t2[2] = {3, 4};
   std::vector<float> lg;

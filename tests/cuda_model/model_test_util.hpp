@@ -1,0 +1,122 @@
+// Helpers of the cuda backend's end-to-end tests (tests/cuda_model/): token streams, logit and
+// cache-state comparisons, backends with a given prefill chunk, the tensor cores off for a scope.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/qgemv.cuh"
+#include "model/backend.hpp"
+#include "model/model_dir.hpp"
+
+namespace cedar::test_cuda_model {
+
+namespace cm = cedar::model;
+
+inline const std::string k_shipped =
+    std::string(std::getenv("CEDAR_SOURCE_DIR") ? std::getenv("CEDAR_SOURCE_DIR") : CEDAR_SOURCE_DIR) +
+    "/model/weights/cedar-agent-tiny";
+
+inline std::vector<int32_t> tokens_of(int n, int vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> u(3, vocab - 1);
+  std::vector<int32_t> t((size_t)n);
+  for (auto& x : t) x = u(g);
+  return t;
+}
+
+inline int argmax_of(const float* v, int n) { return (int)(std::max_element(v, v + n) - v); }
+
+// Largest |a − b| over the largest |a| (a the CPU's).
+inline double rel_diff(const float* a, const float* b, size_t n) {
+  double m = 0, r = 0;
+  for (size_t i = 0; i < n; ++i) {
+    m = std::max(m, (double)std::fabs(a[i] - b[i]));
+    r = std::max(r, (double)std::fabs(a[i]));
+  }
+  return m / std::max(1e-30, r);
+}
+
+// Fraction of the `entry`-byte entries that differ.
+inline double differing(const uint8_t* a, const uint8_t* b, size_t n_entries, size_t entry) {
+  size_t d = 0;
+  for (size_t i = 0; i < n_entries; ++i) d += std::memcmp(a + i * entry, b + i * entry, entry) != 0;
+  return n_entries ? (double)d / (double)n_entries : 0.0;
+}
+
+// A cuda backend made with CEDAR_CUDA_PREFILL_CHUNK = chunk.
+inline std::unique_ptr<cm::backend> gpu_with_chunk(const cm::engine& e, int chunk) {
+  setenv("CEDAR_CUDA_PREFILL_CHUNK", std::to_string(chunk).c_str(), 1);
+  auto g = cm::make_backend(e, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_PREFILL_CHUNK");
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.err().message);
+  return g.ok() ? std::move(*g) : nullptr;
+}
+
+// The tensor-core projections (bf16, more than 8 rows) off for a scope: their products differ
+// from the vector kernel's in the ~1e-5 (each activation split into two bf16), which the FP4 /
+// FP8 caches can turn into a different code now and then; the tests of the chunk logic compare
+// the exact per-row arithmetic, and one test measures what the tensor cores change.
+struct mma_off {
+  mma_off() { cedar::kernels::cuda::set_qgemv_mma(false); }
+  ~mma_off() { cedar::kernels::cuda::set_qgemv_mma(true); }
+};
+
+struct state_diff {
+  double entries = 0, ring = 0, pending = 0;  // fractions of differing entries; pending rel
+};
+
+// What two sequences hold (the first one the reference): counts must be equal; the packed
+// entries and the valid ring slots compared entry by entry, the pending rows by value.
+inline state_diff compare_state(const cm::model_config& c, const cm::sequence& a, const cm::sequence& g) {
+  state_diff r;
+  EXPECT_EQ(a.n_tokens(), g.n_tokens());
+  EXPECT_EQ(a.tokens(), g.tokens());
+  EXPECT_EQ(a.ngram_history(), g.ngram_history());
+  for (int i = 0; i < a.n_sources(); ++i) {
+    const auto& sa = a.source(i);
+    const auto& sg = g.source(i);
+    EXPECT_EQ(sa.n_entries, sg.n_entries) << "source " << i;
+    EXPECT_EQ(sa.n_pending, sg.n_pending) << "source " << i;
+    if (sa.n_entries != sg.n_entries || sa.n_pending != sg.n_pending || sa.main.size() != sg.main.size() ||
+        sa.index.size() != sg.index.size()) {
+      r.entries = 1;
+      continue;
+    }
+    r.entries = std::max(r.entries, differing(sa.main.data(), sg.main.data(), (size_t)sa.n_entries, a.main_entry_bytes()));
+    r.entries = std::max(r.entries, differing(sa.index.data(), sg.index.data(), (size_t)sa.n_entries, a.index_entry_bytes()));
+    const size_t pn = (size_t)sa.n_pending * c.head_dim;
+    if (pn) {
+      r.pending = std::max(r.pending, rel_diff(sa.pending_kv.data(), sg.pending_kv.data(), pn));
+      r.pending = std::max(r.pending, rel_diff(sa.pending_gate.data(), sg.pending_gate.data(), pn));
+    }
+  }
+  const int64_t N = a.n_tokens();
+  const size_t eb = a.swa_entry_bytes();
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    EXPECT_EQ(a.ring(l).first_pos, g.ring(l).first_pos) << "layer " << l;
+    size_t d = 0, n = 0;
+    for (int64_t p = std::max<int64_t>({a.ring(l).first_pos, N - c.sliding_window, 0}); p < N; ++p, ++n) {
+      const size_t slot = (size_t)(p % c.sliding_window) * eb;
+      d += std::memcmp(a.ring(l).bytes.data() + slot, g.ring(l).bytes.data() + slot, eb) != 0;
+    }
+    if (n) r.ring = std::max(r.ring, (double)d / (double)n);
+  }
+  return r;
+}
+
+inline cm::loaded_model load_shipped_model() {
+  auto m = cm::load_model_dir(k_shipped, false);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
+  return m.ok() ? *m : cm::loaded_model{};
+}
+
+}  // namespace cedar::test_cuda_model
