@@ -162,6 +162,7 @@ struct dev_block {
   const float* gate_bias = nullptr;
   dev_expert shared;
   const qmatrix *w1s = nullptr, *w3s = nullptr, *w2s = nullptr;  // device arrays [E]
+  std::vector<dev_expert> experts;  // the same views on the host (a chunk's experts by expert)
   qmatrix x1, x3, x2;  // expert 0's device views: the format and shape every expert has
   qmatrix eg_table, eg_wkv;
   const float* eg_qk = nullptr;
@@ -203,6 +204,7 @@ class cuda_backend final : public backend {
     const char* pf = std::getenv("CEDAR_CUDA_PREFILL");
     gpu_prefill_ = !(pf && std::string(pf) == "0");
     if (const char* pc = std::getenv("CEDAR_CUDA_PREFILL_CHUNK")) prefill_chunk_ = std::max(1, std::atoi(pc));
+    if (const char* ce = std::getenv("CEDAR_CUDA_CHUNK_EXPERTS")) chunk_experts_min_ = std::max(0, std::atoi(ce));
     const char* hn = std::getenv("CEDAR_CUDA_HINTS");
     record_hints_ = !(hn && std::string(hn) == "0");
     const char* rp = std::getenv("CEDAR_CUDA_REPLAY");
@@ -215,6 +217,7 @@ class cuda_backend final : public backend {
     weights_.clear();
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
     if (pinned_) cudaFreeHost(pinned_);
+    if (pinned_moe_) cudaFreeHost(pinned_moe_);
     for (cudaEvent_t ev : events_)
       if (ev) cudaEventDestroy(ev);
     for (cudaEvent_t ev : side_events_)
@@ -328,6 +331,13 @@ class cuda_backend final : public backend {
   // every step's index selections handed back as resume hints (CEDAR_CUDA_HINTS=0: not
   // recorded, diagnostics and A/B: a later replay then re-scores its rows)
   bool record_hints_ = true;
+  // a chunk of at least this many rows runs its routed experts expert by expert (the items
+  // sorted by expert on the host after the routing: each expert's rows in one projection, on
+  // tensor cores for bf16 weights, the weights read once per chunk) instead of item by item
+  // (CEDAR_CUDA_CHUNK_EXPERTS=N sets it; 0: never)
+  int chunk_experts_min_ = 16;
+  uint8_t* pinned_moe_ = nullptr;  // the chunk experts' routing down and span lists up
+  size_t pinned_moe_bytes_ = 0;
   int prefill_chunk_ = 128;
 };
 
@@ -443,6 +453,7 @@ status cuda_backend::upload_weights() {
       auto p2 = upload_array(w2.data(), sizeof(qmatrix) * w2.size());
       if (!p1 || !p3 || !p2) return make_error(errc::unavailable, "cuda backend: expert descriptor upload failed");
       d.x1 = w1[0], d.x3 = w3[0], d.x2 = w2[0];
+      for (size_t i = 0; i < w1.size(); ++i) d.experts.push_back({w1[i], w3[i], w2[i]});
       d.w1s = static_cast<const qmatrix*>(*p1);
       d.w3s = static_cast<const qmatrix*>(*p3);
       d.w2s = static_cast<const qmatrix*>(*p2);
@@ -966,6 +977,31 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   float* h2 = ws<float>("h2", (size_t)B * std::max(1, KE) * 2 * F);
   float* act2 = ws<float>("act2", (size_t)B * std::max(1, KE) * F);
   float* ye = ws<float>("ye", (size_t)B * std::max(1, KE) * d);
+  // a chunk's routed experts expert by expert (chunk_experts_min_): the items' rows gathered in
+  // expert order (xg, their norm factors and route weights), [gate | up] and SwiGLU in h2 and
+  // act2 in that order, the down projections into yg, scattered back to ye in item order
+  const int n_items = B * KE;
+  const bool by_expert = chunk && E > 0 && KE > 0 && chunk_experts_min_ > 0 && B >= chunk_experts_min_;
+  float *xg = nullptr, *yg = nullptr, *xinvg = nullptr, *selwg = nullptr;
+  uint8_t* mspans = nullptr;
+  const size_t mspan_bytes = (size_t)4 * n_items * (2 * sizeof(void*) + sizeof(uint32_t));
+  if (by_expert) {
+    xg = ws<float>("xg", (size_t)n_items * d);
+    yg = ws<float>("yg", (size_t)n_items * d);
+    xinvg = ws<float>("xinvg", (size_t)n_items);
+    selwg = ws<float>("selwg", (size_t)n_items);
+    mspans = ws<uint8_t>("moe_spans", mspan_bytes);
+    if (!xg || !yg || !xinvg || !selwg || !mspans)
+      return make_error(errc::unavailable, "cuda backend: out of device memory (chunk experts)");
+    const size_t need = mspan_bytes + sizeof(int32_t) * (size_t)n_items;
+    if (need > pinned_moe_bytes_) {
+      if (pinned_moe_) cudaFreeHost(pinned_moe_);
+      pinned_moe_ = nullptr;
+      pinned_moe_bytes_ = 0;
+      CEDAR_CU(cudaMallocHost(&pinned_moe_, need * 2), "cuda backend: pinned buffer");
+      pinned_moe_bytes_ = need * 2;
+    }
+  }
   float* emb = ws<float>("emb", (size_t)B * std::max(1, nc * c.engram_head_dim));
   float* ekv = ws<float>("ekv", (size_t)B * d * (hc + 1));
   float* lg = ws<float>("logits", (size_t)B * V);
@@ -1078,6 +1114,73 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     CEDAR_CU(cudaEventRecord(side_events_[1], side_), "cuda backend: join side stream");
     side_pending = true;
     return {};
+  };
+
+  // The routed experts of a chunk expert by expert (by_expert), on stream es after moe_route:
+  // the routing comes down (the chunk runs op by op, so the host may wait), the items are
+  // sorted by expert (ascending item within an expert), and each expert's rows go through one
+  // grouped w1/w3 projection and one w2 projection — bf16 weights on tensor cores, read once
+  // per chunk instead of once per item. h2/act2 hold the items in expert order; ye gets each
+  // item's row back in item order, so the combine (or the folded expand) is unchanged.
+  auto experts_by_expert = [&](const dev_block& b, const float* xin, cudaStream_t es) -> status {
+    const int n = n_items;
+    int32_t* hsel = reinterpret_cast<int32_t*>(pinned_moe_ + mspan_bytes);
+    CEDAR_CU(cudaMemcpyAsync(hsel, sel, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost, es), "cuda backend: routing download");
+    CEDAR_CU(cudaStreamSynchronize(es), "cuda backend: routing download");
+    std::vector<int> off((size_t)E + 1, 0), item((size_t)n);
+    for (int i = 0; i < n; ++i) {
+      if (hsel[i] < 0 || hsel[i] >= E)
+        return make_error(errc::internal, "cuda backend: routed expert id " + std::to_string(hsel[i]) + " out of range");
+      ++off[(size_t)hsel[i] + 1];
+    }
+    for (int e = 0; e < E; ++e) off[(size_t)e + 1] += off[(size_t)e];
+    {
+      std::vector<int> fill(off.begin(), off.end() - 1);
+      for (int i = 0; i < n; ++i) item[(size_t)fill[(size_t)hsel[i]]++] = i;
+    }
+    // spans: [0, 3n) gather (x row, its norm factor, its route weight), [3n, 4n) scatter
+    const uint8_t** src = reinterpret_cast<const uint8_t**>(pinned_moe_);
+    uint8_t** dst = reinterpret_cast<uint8_t**>(pinned_moe_ + sizeof(void*) * 4 * (size_t)n);
+    uint32_t* len = reinterpret_cast<uint32_t*>(pinned_moe_ + sizeof(void*) * 8 * (size_t)n);
+    const uint32_t rowb = (uint32_t)(sizeof(float) * (size_t)d);
+    for (int j = 0; j < n; ++j) {
+      const int i = item[(size_t)j], r = i / KE;
+      src[j] = reinterpret_cast<const uint8_t*>(xin + (size_t)r * d), dst[j] = reinterpret_cast<uint8_t*>(xg + (size_t)j * d), len[j] = rowb;
+      src[n + j] = reinterpret_cast<const uint8_t*>(xinv + r), dst[n + j] = reinterpret_cast<uint8_t*>(xinvg + j), len[n + j] = 4;
+      src[2 * n + j] = reinterpret_cast<const uint8_t*>(selw + i), dst[2 * n + j] = reinterpret_cast<uint8_t*>(selwg + j),
+                len[2 * n + j] = 4;
+      src[3 * n + j] = reinterpret_cast<const uint8_t*>(yg + (size_t)j * d), dst[3 * n + j] = reinterpret_cast<uint8_t*>(ye + (size_t)i * d),
+                len[3 * n + j] = rowb;
+    }
+    CEDAR_CU(cudaMemcpyAsync(mspans, pinned_moe_, mspan_bytes, cudaMemcpyHostToDevice, es), "cuda backend: span upload");
+    const uint8_t* const* dsrc = reinterpret_cast<const uint8_t* const*>(mspans);
+    uint8_t* const* ddst = reinterpret_cast<uint8_t* const*>(mspans + sizeof(void*) * 4 * (size_t)n);
+    const uint32_t* dlen = reinterpret_cast<const uint32_t*>(mspans + sizeof(void*) * 8 * (size_t)n);
+    CEDAR_TRY(kcu::copy_spans(dsrc, ddst, dlen, 3 * n, es));
+    for (int e = 0; e < E; ++e) {
+      const int m = off[(size_t)e + 1] - off[(size_t)e], o0 = off[(size_t)e];
+      if (m == 0) continue;
+      const dev_expert& x = b.experts[(size_t)e];
+      kcu::qgemv_params it[2];
+      for (int k = 0; k < 2; ++k) {
+        kcu::qgemv_params& p = it[k];
+        p.w = k == 0 ? x.w1 : x.w3;
+        p.m = m, p.x = xg + (size_t)o0 * d, p.ldx = d;
+        p.y = h2 + (size_t)o0 * 2 * F + (size_t)k * F, p.ldy = 2 * F;
+        p.x_norm_w = b.ffn_norm, p.x_norm_eps = eps, p.x_norm_inv = xinvg + o0;
+      }
+      CEDAR_TRY(kcu::qgemv_grouped(it, 2, es));
+    }
+    CEDAR_TRY(kcu::swiglu_rows(h2, n, F, (float)c.swiglu_limit, selwg, act2, es));
+    for (int e = 0; e < E; ++e) {
+      const int m = off[(size_t)e + 1] - off[(size_t)e], o0 = off[(size_t)e];
+      if (m == 0) continue;
+      kcu::qgemv_params p;
+      p.w = b.experts[(size_t)e].w2;
+      p.m = m, p.x = act2 + (size_t)o0 * F, p.ldx = F, p.y = yg + (size_t)o0 * d, p.ldy = d;
+      CEDAR_TRY(kcu::qgemv(p, es));
+    }
+    return kcu::copy_spans(dsrc + 3 * n, ddst + 3 * n, dlen + 3 * n, n, es);
   };
 
   auto enqueue = [&]() -> status {
@@ -1312,9 +1415,13 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
         rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
         CEDAR_TRY(kcu::moe_route(rp, es));
-        CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv));
-        CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
-        CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
+        if (by_expert && (int)b.experts.size() == E) {
+          CEDAR_TRY(experts_by_expert(b, x, es));
+        } else {
+          CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv));
+          CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
+          CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
+        }
       }
       // the combine folded into the next expand (the same bits as moe_combine then the expand)
       const bool fused = routed && fold_combine_;

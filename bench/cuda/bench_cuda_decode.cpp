@@ -324,7 +324,7 @@ class event_profiler final : public kcu::launch_profiler {
 // at the copy bandwidth, per token of the chunk. The CPU runner's CED prefill of cpu_n tokens
 // beside it. false on an error (printed).
 bool bench_prefill(const cm::engine& eng, const std::string& name, int64_t N, const std::vector<int64_t>& chunks,
-                   int64_t cpu_n, double bw, FILE* csv) {
+                   int64_t cpu_n, double bw, FILE* csv, bool profile, FILE* pcsv) {
   const cm::model_config& c = eng.config();
   if (N > c.max_position_embeddings) {
     std::fprintf(stderr, "bench_cuda_decode: --prefill %lld exceeds the model's positions\n", (long long)N);
@@ -372,6 +372,29 @@ bool bench_prefill(const cm::engine& eng, const std::string& name, int64_t N, co
         return false;
       }
       row("cuda", N, chunks[k], full ? "full_stack" : "ced", sec);
+    }
+    if (profile) {  // one full-stack chunk of this size after a context of N tokens, kernel by kernel
+      cm::sequence s(c);
+      const size_t n0 = (size_t)std::max<int64_t>(0, std::min<int64_t>(N, c.max_position_embeddings - chunks[k]));
+      cm::prefill_options o;
+      o.mode = cm::prefill_mode::full_stack;
+      if (n0 > 0)
+        if (auto r = (*be)->prefill(s, std::span<const int32_t>(toks.data(), n0)); !r) {
+          std::fprintf(stderr, "bench_cuda_decode: prefill: %s\n", r.err().message.c_str());
+          return false;
+        }
+      std::vector<int32_t> more((size_t)chunks[k], 17);
+      event_profiler prof;
+      prof.arm(), kcu::set_profiler(&prof);
+      auto r = (*be)->prefill(s, more, o);
+      kcu::set_profiler(nullptr);
+      if (!r || !prof.collect()) {
+        std::fprintf(stderr, "bench_cuda_decode: --profile of a prefill chunk: %s\n", r ? "no kernels" : r.err().message.c_str());
+        return false;
+      }
+      char what[96];
+      std::snprintf(what, sizeof what, "%s/prefill-ctx%lld/chunk%lld", name.c_str(), (long long)n0, (long long)chunks[k]);
+      prof.report(what, pcsv);
     }
   }
   if (cpu_n > 0) {
@@ -476,7 +499,8 @@ int main(int argc, char** argv) {
           "--replay N: also the bounded replay after a restore at an N-token context, on the GPU\n"
           "(the restored pages' upload included) and on the CPU runner.\n"
           "--profile: every kernel timed alone (steps launched op by op: no graph, no PDL, no side\n"
-          "streams), a table per kernel; --profile-csv FILE: also one row per launch of a step\n"
+          "streams), a table per kernel (with --prefill: also of one full-stack chunk per chunk size\n"
+          "after the N-token prompt); --profile-csv FILE: also one row per launch of a step\n"
           "(config, position, kernel, blocks, threads, us). The tok/s of a profiled run are not the\n"
           "backend's.\n");
       return 0;
@@ -651,7 +675,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv)) return 1;
+    if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv, profile, pcsv))
+      return 1;
     if (replay_n > 0 && !bench_replay(eng, name, replay_n, 3)) return 1;
   }
   if (fcsv) std::fclose(fcsv);

@@ -266,3 +266,72 @@ TEST(cuda_prefill, bad_input_is_an_error_and_leaves_the_sequence_alone) {
   ASSERT_TRUE(ok.ok()) << ok.err().message;
   EXPECT_EQ(s.n_tokens(), 20);
 }
+
+// A chunk's routed experts expert by expert (the items sorted by expert after the routing,
+// each expert's rows in one projection: CEDAR_CUDA_CHUNK_EXPERTS, on from 16 rows) against
+// item by item (each item streams its expert): with the vector kernels the per-row sums are
+// the same, so the logits and the sequences agree to the last bits; with the tensor cores
+// (bf16 experts of more than 8 rows) within the tensor-core tolerance. The shipped model (bf16)
+// and the random FP8 model with FP4 experts (vector kernels either way).
+TEST(cuda_prefill, chunk_experts_by_expert_equal_item_by_item) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped_model();
+  ASSERT_TRUE(m.eng);
+  cm::model_config c4 = m.eng->config();
+  for (int l = 2; l < 6; ++l) c4.compress_ratios[(size_t)l] = 4;
+  ASSERT_TRUE(cm::finalize(c4).ok());
+  const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_prefill_experts.safetensors";
+  ASSERT_TRUE(cm::write_random_checkpoint(c4, 13, cm::storage_layout::fp8, path.string()).ok());
+  cm::engine_options eo;
+  eo.engram_token_map = m.eng->engram_token_map();
+  auto e4 = cm::engine::load(c4, path.string(), eo);
+  ASSERT_TRUE(e4.ok()) << e4.err().message;
+  for (const cm::engine* e : std::vector<const cm::engine*>{m.eng.get(), &*e4}) {
+    const cm::model_config& c = e->config();
+    const int V = c.vocab_size;
+    for (bool mma : {false, true}) {
+      cedar::kernels::cuda::set_qgemv_mma(mma);
+      std::vector<float> lg[2];
+      cm::sequence s0(c), s1(c);
+      for (int k = 0; k < 2; ++k) {
+        setenv("CEDAR_CUDA_CHUNK_EXPERTS", k == 0 ? "0" : "16", 1);
+        auto gpu = gpu_with_chunk(*e, 64);
+        unsetenv("CEDAR_CUDA_CHUNK_EXPERTS");
+        ASSERT_TRUE(gpu);
+        cm::sequence& s = k == 0 ? s0 : s1;
+        cm::prefill_options o;
+        o.mode = cm::prefill_mode::full_stack;
+        o.all_logits = true;
+        uint32_t seed = 40;
+        for (int n : {131, 70}) {  // chunks of 64, 64 and 3 rows, then 64 and 6
+          auto r = gpu->prefill(s, tokens_of(n, V, seed++), o);
+          ASSERT_TRUE(r.ok()) << r.err().message;
+          lg[k].insert(lg[k].end(), r->values.begin(), r->values.end());
+        }
+      }
+      cedar::kernels::cuda::set_qgemv_mma(true);
+      ASSERT_EQ(lg[0].size(), lg[1].size());
+      const size_t rows = lg[0].size() / (size_t)V;
+      double worst = 0;
+      int argmax_diff = 0;
+      for (size_t r = 0; r < rows; ++r) {
+        worst = std::max(worst, rel_diff(lg[0].data() + r * V, lg[1].data() + r * V, (size_t)V));
+        argmax_diff += argmax_of(lg[0].data() + r * V, V) != argmax_of(lg[1].data() + r * V, V);
+      }
+      const state_diff sd = compare_state(c, s0, s1);
+      std::printf("[experts by expert, %s, tensor cores %s] %zu rows: logits %.3g rel, argmax differs in %d; "
+                  "entries differing %.1f%%, ring %.1f%%\n",
+                  e == m.eng.get() ? "shipped" : "fp8/fp4", mma ? "on" : "off", rows, worst, argmax_diff,
+                  100 * sd.entries, 100 * sd.ring);
+      if (!mma) {
+        EXPECT_LE(worst, 1e-6);
+        EXPECT_EQ(sd.entries, 0.0);
+        EXPECT_EQ(sd.ring, 0.0);
+      } else {
+        EXPECT_LE(worst, 5e-2);
+        EXPECT_LE(argmax_diff, (int)rows * 5 / 100);
+      }
+    }
+  }
+  std::filesystem::remove(path);
+}
