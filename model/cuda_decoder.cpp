@@ -143,6 +143,17 @@ struct dev_mem {
   }
 };
 
+// A pinned host buffer of at least `need` bytes (twice that when it grows; contents not kept).
+status grow_pinned(uint8_t*& p, size_t& bytes, size_t need) {
+  if (need <= bytes) return {};
+  if (p) cudaFreeHost(p);
+  p = nullptr;
+  bytes = 0;
+  CEDAR_CU(cudaMallocHost(&p, need * 2), "cuda backend: pinned buffer");
+  bytes = need * 2;
+  return {};
+}
+
 // ---- weights ---------------------------------------------------------------------------
 struct dev_expert {
   qmatrix w1, w3, w2;
@@ -925,14 +936,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   const int rows_out = enc_only || (rep && !sp.head) ? 0 : chunk && !all_logits ? 1 : B,
             row_out0 = B - rows_out;  // rows reaching the head
   const size_t lg_bytes = sizeof(float) * (size_t)rows_out * V;
-  const size_t pin_need = std::max(blob_.size(), lg_bytes + stage_bytes + sel_dl);
-  if (pin_need > pinned_bytes_) {
-    if (pinned_) cudaFreeHost(pinned_);
-    pinned_ = nullptr;
-    pinned_bytes_ = 0;
-    CEDAR_CU(cudaMallocHost(&pinned_, pin_need * 2), "cuda backend: pinned buffer");
-    pinned_bytes_ = pin_need * 2;
-  }
+  CEDAR_TRY(grow_pinned(pinned_, pinned_bytes_, std::max(blob_.size(), lg_bytes + stage_bytes + sel_dl)));
   uint8_t* dblob = ws<uint8_t>("blob", blob_.size());
   if (!dblob) return make_error(errc::unavailable, "cuda backend: out of device memory (step inputs)");
   auto at = [&](size_t off) { return dblob + off; };
@@ -993,14 +997,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     mspans = ws<uint8_t>("moe_spans", mspan_bytes);
     if (!xg || !yg || !xinvg || !selwg || !mspans)
       return make_error(errc::unavailable, "cuda backend: out of device memory (chunk experts)");
-    const size_t need = mspan_bytes + sizeof(int32_t) * (size_t)n_items;
-    if (need > pinned_moe_bytes_) {
-      if (pinned_moe_) cudaFreeHost(pinned_moe_);
-      pinned_moe_ = nullptr;
-      pinned_moe_bytes_ = 0;
-      CEDAR_CU(cudaMallocHost(&pinned_moe_, need * 2), "cuda backend: pinned buffer");
-      pinned_moe_bytes_ = need * 2;
-    }
+    CEDAR_TRY(grow_pinned(pinned_moe_, pinned_moe_bytes_, mspan_bytes + sizeof(int32_t) * (size_t)n_items));
   }
   float* emb = ws<float>("emb", (size_t)B * std::max(1, nc * c.engram_head_dim));
   float* ekv = ws<float>("ekv", (size_t)B * d * (hc + 1));

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <memory>
 #include <random>
 #include <string>
@@ -118,5 +120,26 @@ inline cm::loaded_model load_shipped_model() {
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
   return m.ok() ? *m : cm::loaded_model{};
 }
+
+// The shipped model's config with ratio-4 sources at layers 2..5, random weights in the
+// official FP8 layout (FP8 projections, FP4 experts) written to `file` in the temp directory
+// (removed when the returned holder goes), the shipped Engram token map.
+struct random_fp8_model {
+  std::filesystem::path path;
+  std::optional<cm::engine> eng;
+  random_fp8_model(const cm::engine& shipped, uint32_t seed, const char* file) {
+    cm::model_config c = shipped.config();
+    for (int l = 2; l < 6; ++l) c.compress_ratios[(size_t)l] = 4;
+    EXPECT_TRUE(cm::finalize(c).ok());
+    path = std::filesystem::temp_directory_path() / file;
+    EXPECT_TRUE(cm::write_random_checkpoint(c, seed, cm::storage_layout::fp8, path.string()).ok());
+    cm::engine_options o;
+    o.engram_token_map = shipped.engram_token_map();
+    auto e = cm::engine::load(c, path.string(), o);
+    EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.err().message);
+    if (e.ok()) eng.emplace(std::move(*e));
+  }
+  ~random_fp8_model() { std::filesystem::remove(path); }
+};
 
 }  // namespace cedar::test_cuda_model

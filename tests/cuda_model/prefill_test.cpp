@@ -147,18 +147,11 @@ TEST(cuda_prefill, ratio4_fp8_random_model_chunks) {
   CEDAR_REQUIRE_GPU();
   auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
-  cm::model_config c = m.eng->config();
-  for (int l = 2; l < 6; ++l) c.compress_ratios[(size_t)l] = 4;
-  ASSERT_TRUE(cm::finalize(c).ok());
-  const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_prefill_r4.safetensors";
-  ASSERT_TRUE(cm::write_random_checkpoint(c, 11, cm::storage_layout::fp8, path.string()).ok());
-  cm::engine_options o;
-  o.engram_token_map = m.eng->engram_token_map();
-  auto e = cm::engine::load(c, path.string(), o);
-  ASSERT_TRUE(e.ok()) << e.err().message;
+  random_fp8_model r(*m.eng, 11, "cedar_cuda_prefill_r4.safetensors");
+  ASSERT_TRUE(r.eng);
+  const cm::engine* e = &*r.eng;
   check_chunks(*e, {5, 2, 233, 90}, {1, 3, 64, 100}, cm::prefill_mode::ced, 2, "ratio-4 fp8 ced");
   check_chunks(*e, {5, 2, 233, 90}, {3, 1, 100}, cm::prefill_mode::full_stack, 2, "ratio-4 fp8 full");
-  std::filesystem::remove(path);
 }
 
 // The default path: bf16 projections of more than 8 rows on tensor cores. Against the vector
@@ -277,16 +270,9 @@ TEST(cuda_prefill, chunk_experts_by_expert_equal_item_by_item) {
   CEDAR_REQUIRE_GPU();
   auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
-  cm::model_config c4 = m.eng->config();
-  for (int l = 2; l < 6; ++l) c4.compress_ratios[(size_t)l] = 4;
-  ASSERT_TRUE(cm::finalize(c4).ok());
-  const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_prefill_experts.safetensors";
-  ASSERT_TRUE(cm::write_random_checkpoint(c4, 13, cm::storage_layout::fp8, path.string()).ok());
-  cm::engine_options eo;
-  eo.engram_token_map = m.eng->engram_token_map();
-  auto e4 = cm::engine::load(c4, path.string(), eo);
-  ASSERT_TRUE(e4.ok()) << e4.err().message;
-  for (const cm::engine* e : std::vector<const cm::engine*>{m.eng.get(), &*e4}) {
+  random_fp8_model r(*m.eng, 13, "cedar_cuda_prefill_experts.safetensors");
+  ASSERT_TRUE(r.eng);
+  for (const cm::engine* e : std::vector<const cm::engine*>{m.eng.get(), &*r.eng}) {
     const cm::model_config& c = e->config();
     const int V = c.vocab_size;
     for (bool mma : {false, true}) {
@@ -333,5 +319,4 @@ TEST(cuda_prefill, chunk_experts_by_expert_equal_item_by_item) {
       }
     }
   }
-  std::filesystem::remove(path);
 }

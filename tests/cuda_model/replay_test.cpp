@@ -54,7 +54,9 @@ void check_replay(const cm::engine& e, const cm::sequence_snapshot& snap0, const
   ASSERT_TRUE(cpu.ok());
   cm::sequence a(c);
   ASSERT_TRUE(a.restore(snap).ok());
-  if (rc.hints) ASSERT_LT(a.selections_from(), a.n_tokens());
+  if (rc.hints) {
+    ASSERT_LT(a.selections_from(), a.n_tokens());
+  }
   auto la = (*cpu)->replay(a, rc.n);
   ASSERT_TRUE(la.ok()) << la.err().message;
   const auto next = tokens_of(steps, V, 77);
@@ -136,19 +138,13 @@ TEST(cuda_replay, ratio4_fp8_random_model_matches_cpu_runner) {
   CEDAR_REQUIRE_GPU();
   auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
-  cm::model_config c = m.eng->config();
-  for (int l = 2; l < 6; ++l) c.compress_ratios[(size_t)l] = 4;
-  ASSERT_TRUE(cm::finalize(c).ok());
-  const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_replay_r4.safetensors";
-  ASSERT_TRUE(cm::write_random_checkpoint(c, 12, cm::storage_layout::fp8, path.string()).ok());
-  cm::engine_options o;
-  o.engram_token_map = m.eng->engram_token_map();
-  auto e = cm::engine::load(c, path.string(), o);
-  ASSERT_TRUE(e.ok()) << e.err().message;
+  random_fp8_model r(*m.eng, 12, "cedar_cuda_replay_r4.safetensors");
+  ASSERT_TRUE(r.eng);
+  const cm::engine* e = &*r.eng;
+  const cm::model_config& c = e->config();
   const auto snap = live_snapshot(*e, 263, 9);
   check_replay(*e, snap, {263, c.sliding_window, true}, {64, 5}, "ratio-4 fp8 hinted");
   check_replay(*e, snap, {263, 150, false}, {64}, "ratio-4 fp8 re-scored");
-  std::filesystem::remove(path);
 }
 
 // The GPU's steps record their rows' index selections as resume hints, as the CPU runner does:
