@@ -418,7 +418,7 @@ bool bench_prefill(const cm::engine& eng, const std::string& name, int64_t N, co
 // the last sliding_window tokens (what the runtime does on a resume): on the GPU (the mirror's
 // upload of every restored page included) and on the CPU runner, best of `reps`, after one
 // warm-up each. false on an error (printed).
-bool bench_replay(const cm::engine& eng, const std::string& name, int64_t N, int reps) {
+bool bench_replay(const cm::engine& eng, const std::string& name, int64_t N, int reps, FILE* csv) {
   const cm::model_config& c = eng.config();
   if (N > c.max_position_embeddings || N < 1) {
     std::fprintf(stderr, "bench_cuda_decode: --replay %lld is outside the model's positions\n", (long long)N);
@@ -463,6 +463,10 @@ bool bench_replay(const cm::engine& eng, const std::string& name, int64_t N, int
               "cpu runner %.2f ms -> %.1fx\n",
               name.c_str(), n, (long long)N, best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
   std::fflush(stdout);
+  if (csv)  // the --prefill-csv columns; prompt = the context, mode "replay", no bound
+    for (int b = 0; b < 2; ++b)
+      std::fprintf(csv, "%s,%lld,%lld,%s,0,replay-%d,%.6f,%.2f,0,0,0\n", name.c_str(), (long long)eng.n_params(),
+                   (long long)N, b == 0 ? "cuda" : "cpu", n, best[b], n / best[b]);
   return true;
 }
 
@@ -497,7 +501,7 @@ int main(int argc, char** argv) {
           "full stack at the first chunk size), beside the weight-stream bound of a chunk step and\n"
           "the CPU runner's prefill of --prefill-cpu tokens (0: none). --no-decode: prefill only.\n"
           "--replay N: also the bounded replay after a restore at an N-token context, on the GPU\n"
-          "(the restored pages' upload included) and on the CPU runner.\n"
+          "(the restored pages' upload included) and on the CPU runner (rows in --prefill-csv).\n"
           "--profile: every kernel timed alone (steps launched op by op: no graph, no PDL, no side\n"
           "streams), a table per kernel (with --prefill: also of one full-stack chunk per chunk size\n"
           "after the N-token prompt); --profile-csv FILE: also one row per launch of a step\n"
@@ -677,7 +681,7 @@ int main(int argc, char** argv) {
     }
     if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv, profile, pcsv))
       return 1;
-    if (replay_n > 0 && !bench_replay(eng, name, replay_n, 3)) return 1;
+    if (replay_n > 0 && !bench_replay(eng, name, replay_n, 3, fcsv)) return 1;
   }
   if (fcsv) std::fclose(fcsv);
   if (csv) std::fclose(csv);
