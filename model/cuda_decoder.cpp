@@ -215,7 +215,10 @@ class cuda_backend final : public backend {
     const char* pf = std::getenv("CEDAR_CUDA_PREFILL");
     gpu_prefill_ = !(pf && std::string(pf) == "0");
     if (const char* pc = std::getenv("CEDAR_CUDA_PREFILL_CHUNK")) prefill_chunk_ = std::max(1, std::atoi(pc));
-    if (const char* ce = std::getenv("CEDAR_CUDA_CHUNK_EXPERTS")) chunk_experts_min_ = std::max(0, std::atoi(ce));
+    if (const char* ce = std::getenv("CEDAR_CUDA_CHUNK_EXPERTS")) {
+      chunk_experts_min_ = std::max(0, std::atoi(ce));
+      chunk_experts_forced_ = true;
+    }
     const char* hn = std::getenv("CEDAR_CUDA_HINTS");
     record_hints_ = !(hn && std::string(hn) == "0");
     const char* rp = std::getenv("CEDAR_CUDA_REPLAY");
@@ -344,12 +347,18 @@ class cuda_backend final : public backend {
   bool record_hints_ = true;
   // a chunk of at least this many rows runs its routed experts expert by expert (the items
   // sorted by expert on the host after the routing: each expert's rows in one projection, on
-  // tensor cores for bf16 weights, the weights read once per chunk) instead of item by item
-  // (CEDAR_CUDA_CHUNK_EXPERTS=N sets it; 0: never)
-  int chunk_experts_min_ = 16;
+  // tensor cores for bf16 weights, the weights read once per chunk) instead of item by item,
+  // when an expert's matrices are large (k_chunk_expert_bytes): the routing's round trip to the
+  // host costs every layer ~tens of µs, which only large experts win back (H100, 8K prompt:
+  // the 1.2B config's chunk of 256 rows +11%, the shipped model's −27%).
+  // CEDAR_CUDA_CHUNK_EXPERTS=N: from N rows whatever the experts' size; 0: never.
+  int chunk_experts_min_ = 256;
+  bool chunk_experts_forced_ = false;
+  bool big_experts_ = false;  // an expert's w1 of at least k_chunk_expert_bytes (upload_weights)
+  static constexpr size_t k_chunk_expert_bytes = size_t(1) << 20;
   uint8_t* pinned_moe_ = nullptr;  // the chunk experts' routing down and span lists up
   size_t pinned_moe_bytes_ = 0;
-  int prefill_chunk_ = 128;
+  int prefill_chunk_ = 256;
 };
 
 result<const void*> cuda_backend::upload(const void* host, size_t bytes) {
@@ -465,6 +474,7 @@ status cuda_backend::upload_weights() {
       if (!p1 || !p3 || !p2) return make_error(errc::unavailable, "cuda backend: expert descriptor upload failed");
       d.x1 = w1[0], d.x3 = w3[0], d.x2 = w2[0];
       for (size_t i = 0; i < w1.size(); ++i) d.experts.push_back({w1[i], w3[i], w2[i]});
+      big_experts_ = big_experts_ || f.experts[0].w1.data_bytes() >= k_chunk_expert_bytes;
       d.w1s = static_cast<const qmatrix*>(*p1);
       d.w3s = static_cast<const qmatrix*>(*p3);
       d.w2s = static_cast<const qmatrix*>(*p2);
@@ -985,7 +995,8 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   // expert order (xg, their norm factors and route weights), [gate | up] and SwiGLU in h2 and
   // act2 in that order, the down projections into yg, scattered back to ye in item order
   const int n_items = B * KE;
-  const bool by_expert = chunk && E > 0 && KE > 0 && chunk_experts_min_ > 0 && B >= chunk_experts_min_;
+  const bool by_expert = chunk && E > 0 && KE > 0 && chunk_experts_min_ > 0 && B >= chunk_experts_min_ &&
+                         (chunk_experts_forced_ || big_experts_);
   float *xg = nullptr, *yg = nullptr, *xinvg = nullptr, *selwg = nullptr;
   uint8_t* mspans = nullptr;
   const size_t mspan_bytes = (size_t)4 * n_items * (2 * sizeof(void*) + sizeof(uint32_t));

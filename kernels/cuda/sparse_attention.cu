@@ -13,6 +13,7 @@
 #include "kernels/cuda/sparse_attention.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -288,6 +289,8 @@ struct launch_shape {
   size_t workspace_floats = 0;
 };
 
+std::atomic<int> g_shape_hb{0}, g_shape_tiles{0};  // set_sparse_attention_shape (tests)
+
 launch_shape shape_of(const sparse_attention_params& p) {
   static int sms = 0;  // kept for the first device a process uses (the executor drives one)
   if (!sms) {
@@ -298,11 +301,13 @@ launch_shape shape_of(const sparse_attention_params& p) {
   launch_shape ls;
   // CEDAR_CUDA_ATTN="HB,TILES" (diagnostics, read once): HB heads per block and TILES key
   // tiles per split instead of the rule below; benchmarks sweep it
-  static const std::pair<int, int> forced = [] {
+  static const std::pair<int, int> env_forced = [] {
     std::pair<int, int> f{0, 0};
     if (const char* v = std::getenv("CEDAR_CUDA_ATTN")) std::sscanf(v, "%d,%d", &f.first, &f.second);
     return f;
   }();
+  const std::pair<int, int> forced = g_shape_hb.load() > 0 ? std::pair<int, int>{g_shape_hb.load(), g_shape_tiles.load()}
+                                                           : env_forced;
   auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
   int hb = p.H;
   while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
@@ -337,6 +342,12 @@ launch_shape shape_of(const sparse_attention_params& p) {
 }
 
 }  // namespace
+
+void set_sparse_attention_shape(int heads_per_block, int tiles_per_split) {
+  const bool on = heads_per_block > 0 && tiles_per_split > 0;
+  g_shape_tiles = on ? tiles_per_split : 0;
+  g_shape_hb = on ? heads_per_block : 0;
+}
 
 size_t sparse_attention_workspace_floats(const sparse_attention_params& p) {
   return p.R > 0 && p.H > 0 && p.D > 0 ? shape_of(p).workspace_floats : 0;

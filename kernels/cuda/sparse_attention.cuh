@@ -63,6 +63,12 @@ struct sparse_attention_params {
 // Workspace the split path needs for these shapes (0: no split would be used).
 size_t sparse_attention_workspace_floats(const sparse_attention_params& p);
 
+// Tests and diagnostics: every launch with `heads_per_block` heads per block and one split per
+// `tiles_per_split` key tiles, whatever the row count (the per-row sums then run in the same
+// order for any batch or chunk size); (0, 0) restores the built-in rule. Process-wide, like
+// CEDAR_CUDA_ATTN="HB,TILES", which it overrides. Set it between steps, not during one.
+void set_sparse_attention_shape(int heads_per_block, int tiles_per_split);
+
 // Launches on `stream`; checks the parameters (a clear error names the bad one) and the launch.
 status sparse_attention(const sparse_attention_params& p, cudaStream_t stream);
 

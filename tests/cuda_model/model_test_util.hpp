@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/qgemv.cuh"
+#include "kernels/cuda/sparse_attention.cuh"
 #include "model/backend.hpp"
 #include "model/model_dir.hpp"
 
@@ -70,6 +71,16 @@ inline std::unique_ptr<cm::backend> gpu_with_chunk(const cm::engine& e, int chun
 struct mma_off {
   mma_off() { cedar::kernels::cuda::set_qgemv_mma(false); }
   ~mma_off() { cedar::kernels::cuda::set_qgemv_mma(true); }
+};
+
+// The sparse attention's launch shape fixed for a scope (one head per block, one key tile per
+// split, whatever the row count): by its built-in rule a batch or chunk of few rows splits the
+// keys over several blocks and a large one does not, which sums each row's softmax in another
+// order (~1e-7) — enough to turn an FP4/FP8 cache code the other way now and then over a long
+// prompt. Tests of the chunk logic fix it; the default shape is measured separately.
+struct attn_fixed {
+  attn_fixed() { cedar::kernels::cuda::set_sparse_attention_shape(1, 1); }
+  ~attn_fixed() { cedar::kernels::cuda::set_sparse_attention_shape(0, 0); }
 };
 
 struct state_diff {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -31,6 +32,38 @@ cm::sequence_snapshot live_snapshot(const cm::engine& e, int n, uint32_t seed) {
   return live.snapshot();
 }
 
+// The rebuilt rings of two sequences compared by value (slots of the last window of every
+// layer, dequantised): the fraction of channels whose FP8 code differs and the largest
+// difference over the slot's largest value. The GPU's fp32 sums run in another order than the
+// CPU's, so a value near a rounding boundary takes the neighbouring code now and then (one
+// E4M3 step is at most 1/8 of the value; a block scale that flips moves its block by about as much).
+struct ring_diff {
+  double channels = 0, worst = 0;
+};
+ring_diff compare_rings(const cm::model_config& c, const cm::sequence& a, const cm::sequence& g) {
+  ring_diff d;
+  const int64_t N = a.n_tokens();
+  const int hd = c.head_dim;
+  std::vector<float> va((size_t)hd), vg((size_t)hd);
+  size_t n = 0, diff = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    EXPECT_EQ(a.ring(l).first_pos, g.ring(l).first_pos) << "layer " << l;
+    for (int64_t p = std::max<int64_t>({a.ring(l).first_pos, N - c.sliding_window, 0}); p < N; ++p) {
+      a.swa_entry(l, p, va.data());
+      g.swa_entry(l, p, vg.data());
+      float mx = 0;
+      for (int i = 0; i < hd; ++i) mx = std::max(mx, std::fabs(va[(size_t)i]));
+      for (int i = 0; i < hd; ++i, ++n) {
+        const double e = std::fabs((double)va[(size_t)i] - vg[(size_t)i]);
+        diff += e > 0;
+        d.worst = std::max(d.worst, e / std::max(1e-30, (double)mx));
+      }
+    }
+  }
+  d.channels = n ? (double)diff / (double)n : 0;
+  return d;
+}
+
 struct replay_case {
   int context = 0;  // tokens of the live sequence
   int n = 0;        // tokens replayed (the runtime replays sliding_window)
@@ -40,7 +73,8 @@ struct replay_case {
 // Restores `snap` twice, replays on the CPU runner and on the GPU at every chunk size, then
 // decodes the same `steps` tokens on each side. Checked: the replay's logits (GPU against CPU
 // within 2e-3 of the largest logit and the same argmax; chunk sizes against the first within
-// 1e-5), the rebuilt rings (≤ 1% of the slots differ from the CPU's), the entries, pending rows
+// 1e-5), the rebuilt rings by value (compare_rings: ≤ 2% of the channels on another code, none
+// off by more than a quarter of the slot's largest value), the entries, pending rows
 // and n-gram history as restored (replay never rewrites them), the hints unchanged, and the
 // decode steps after it. Tensor cores off (the per-row arithmetic, see prefill_test.cpp).
 void check_replay(const cm::engine& e, const cm::sequence_snapshot& snap0, const replay_case& rc,
@@ -88,10 +122,12 @@ void check_replay(const cm::engine& e, const cm::sequence_snapshot& snap0, const
     if (ci == 0) first_chunk = lg->values;
     else d_chunk = rel_diff(first_chunk.data(), lg->values.data(), (size_t)V);
     EXPECT_LE(d_chunk, 1e-5) << what << " chunk " << chunks[ci];
-    // the rebuilt rings against the CPU's; everything else exactly as restored
+    // the rebuilt rings against the CPU's by value; everything else exactly as restored
     const state_diff sd = compare_state(c, a, g);
     EXPECT_EQ(sd.entries, 0.0) << what;
-    EXPECT_LE(sd.ring, 0.01) << what << " chunk " << chunks[ci];
+    const ring_diff rd = compare_rings(c, a, g);
+    EXPECT_LE(rd.channels, 0.02) << what << " chunk " << chunks[ci];
+    EXPECT_LE(rd.worst, 0.25) << what << " chunk " << chunks[ci];
     const cm::sequence_snapshot after = g.snapshot();
     for (size_t i = 0; i < snap.sources.size(); ++i) {
       EXPECT_EQ(after.sources[i].main, snap.sources[i].main) << what << " source " << i;
@@ -109,9 +145,10 @@ void check_replay(const cm::engine& e, const cm::sequence_snapshot& snap0, const
       d_steps = std::max(d_steps, rel_diff(cpu_steps[(size_t)k].data(), l.data(), (size_t)V));
     }
     EXPECT_LE(d_steps, 2e-3) << what << " chunk " << chunks[ci];
-    std::printf("[%s] chunk %3d: replay of %d at %d vs cpu %.3g rel (vs chunk %d: %.3g); ring slots differing %.1f%%; "
-                "%d decode steps after it %.3g rel\n",
-                what, chunks[ci], rc.n, rc.context, d_cpu, chunks[0], d_chunk, 100 * sd.ring, steps, d_steps);
+    std::printf("[%s] chunk %3d: replay of %d at %d vs cpu %.3g rel (vs chunk %d: %.3g); ring slots with a code of "
+                "their own %.1f%%, channels %.3f%% (worst %.3g of the slot's largest); %d decode steps after it %.3g rel\n",
+                what, chunks[ci], rc.n, rc.context, d_cpu, chunks[0], d_chunk, 100 * sd.ring, 100 * rd.channels, rd.worst,
+                steps, d_steps);
   }
 }
 
