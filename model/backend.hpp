@@ -3,12 +3,14 @@
 // contract, so the CPU runner is the reference every other backend is tested against.
 //
 //   cpu    model::runner (forward.cpp): prefill, batched decode, bounded replay, all on the CPU.
-//   cuda   decode steps and chunked prefill on an NVIDIA GPU (cuda_decoder.cpp): weights
-//          uploaded once in their checkpoint format; each sequence's packed caches mirrored on
-//          the device (FP8 SWA rings, FP4 global KV and index keys, byte for byte the host's)
-//          and kept in step with the host sequence, which stays the owner (the session store
-//          persists it); replay (and prefill with CEDAR_CUDA_PREFILL=0 or a trace) runs on the
-//          CPU runner and the device copy is refreshed before the next step.
+//   cuda   decode steps, chunked prefill and bounded replay on an NVIDIA GPU
+//          (cuda_decoder.cpp): weights uploaded once in their checkpoint format; each
+//          sequence's packed caches mirrored on the device (FP8 SWA rings, FP4 global KV and
+//          index keys, byte for byte the host's) and kept in step with the host sequence, which
+//          stays the owner (the session store persists it; the steps hand back their index
+//          selections as its resume hints); prefill with CEDAR_CUDA_PREFILL=0 or a trace and
+//          replay with CEDAR_CUDA_REPLAY=0 run on the CPU runner, and the device copy is
+//          refreshed before the next step.
 // Selection: `automatic` picks cuda when the build has CUDA and a device is present, else
 // cpu; asking for cuda where it cannot run is an error that says why.
 // Threads: a backend is used by one thread at a time (the executor's), like the runner.
