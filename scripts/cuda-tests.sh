@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the CUDA tests on a machine with an NVIDIA GPU: the op tests (test_cuda: every op against
-# a CPU oracle) and the cuda backend end to end (test_cuda_model: decode steps against the CPU
-# runner on the shipped model and an FP8/FP4 random model).
+# a CPU oracle) and the cuda backend end to end (test_cuda_model: decode steps, chunked prefill,
+# bounded replay and resume hints against the CPU runner on the shipped model and an FP8/FP4
+# random model).
 #
 # usage: scripts/cuda-tests.sh [--help] [TEST_BINARY...] [-- gtest flags...]
 #
@@ -14,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 bins=()
