@@ -54,6 +54,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +74,7 @@
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/qgemv.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
+#include "kernels/base/log.hpp"
 #endif
 
 namespace cedar::model {
@@ -143,6 +146,28 @@ struct dev_mem {
   }
 };
 
+// Switches of the environment (diagnostics and A/B): true when `name` is set to "0".
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "0";
+}
+
+// A numeric setting of the environment: `out` takes the value when `name` holds a whole number
+// >= lo (true); a value that is not one is left out with a warning naming it (false).
+bool env_int(const char* name, int lo, int& out) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || errno == ERANGE || n < lo || n > INT_MAX) {
+    CEDAR_LOG_WARN("cuda backend: %s=\"%s\" is not a whole number >= %d; using %d", name, v, lo, out);
+    return false;
+  }
+  out = (int)n;
+  return true;
+}
+
 // A pinned host buffer of at least `need` bytes (twice that when it grows; contents not kept).
 status grow_pinned(uint8_t*& p, size_t& bytes, size_t need) {
   if (need <= bytes) return {};
@@ -204,25 +229,15 @@ size_t blob_put(std::vector<uint8_t>& blob, const T* v, size_t n) {
 class cuda_backend final : public backend {
  public:
   explicit cuda_backend(const engine& e) : e_(e), cpu_(e), trace_(std::getenv("CEDAR_CUDA_TRACE") != nullptr) {
-    const char* g = std::getenv("CEDAR_CUDA_GRAPHS");
-    graphs_ = !(g && std::string(g) == "0");
-    const char* m = std::getenv("CEDAR_CUDA_MHC_SIDE");
-    mhc_side_ = !(m && std::string(m) == "0");
-    const char* ms = std::getenv("CEDAR_CUDA_MOE_SIDE");
-    moe_side_ = !(ms && std::string(ms) == "0");
-    const char* fc = std::getenv("CEDAR_CUDA_FOLD_COMBINE");
-    fold_combine_ = !(fc && std::string(fc) == "0");
-    const char* pf = std::getenv("CEDAR_CUDA_PREFILL");
-    gpu_prefill_ = !(pf && std::string(pf) == "0");
-    if (const char* pc = std::getenv("CEDAR_CUDA_PREFILL_CHUNK")) prefill_chunk_ = std::max(1, std::atoi(pc));
-    if (const char* ce = std::getenv("CEDAR_CUDA_CHUNK_EXPERTS")) {
-      chunk_experts_min_ = std::max(0, std::atoi(ce));
-      chunk_experts_forced_ = true;
-    }
-    const char* hn = std::getenv("CEDAR_CUDA_HINTS");
-    record_hints_ = !(hn && std::string(hn) == "0");
-    const char* rp = std::getenv("CEDAR_CUDA_REPLAY");
-    gpu_replay_ = !(rp && std::string(rp) == "0");
+    graphs_ = !env_off("CEDAR_CUDA_GRAPHS");
+    mhc_side_ = !env_off("CEDAR_CUDA_MHC_SIDE");
+    moe_side_ = !env_off("CEDAR_CUDA_MOE_SIDE");
+    fold_combine_ = !env_off("CEDAR_CUDA_FOLD_COMBINE");
+    gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
+    gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
+    record_hints_ = !env_off("CEDAR_CUDA_HINTS");
+    env_int("CEDAR_CUDA_PREFILL_CHUNK", 1, prefill_chunk_);
+    chunk_experts_forced_ = env_int("CEDAR_CUDA_CHUNK_EXPERTS", 0, chunk_experts_min_);
   }
   ~cuda_backend() override {
     seqs_.clear();
@@ -974,7 +989,6 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   float* keys = ws<float>("keys", (size_t)B * Di);
   float* qi = ws<float>("qi", (size_t)B * Hi * Di);
   float* wts = ws<float>("wts", (size_t)B * Hi);
-  int32_t* topk_ids = ws<int32_t>("topk", (size_t)B * K);
   // zeroed by one memset at the start of every step: topk_n [B], the mHC sites' row counters
   // [B] (hc_mix_collapse's fused hc_post) and the attention's (row, head group) counters [B × H]
   // (the split fold in the attention kernel); each kernel leaves its counters zero again
@@ -1030,7 +1044,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   uint8_t* allowed = ws<uint8_t>("allowed", (size_t)B * nbmax);
   for (void* pp : {(void*)X, (void*)partial, (void*)xinv, (void*)pre, (void*)apre, (void*)post, (void*)comb, (void*)x,
                    (void*)y, (void*)qr, (void*)q, (void*)kvr, (void*)o, (void*)oa, (void*)ckv, (void*)cgate,
-                   (void*)latent, (void*)keys, (void*)qi, (void*)wts, (void*)topk_ids, (void*)zeroed,
+                   (void*)latent, (void*)keys, (void*)qi, (void*)wts, (void*)zeroed,
                    (void*)h, (void*)act, (void*)gl, (void*)sel, (void*)selw, (void*)h2, (void*)act2, (void*)ye,
                    (void*)emb, (void*)ekv, (void*)lg, (void*)score, (void*)bscore, (void*)bids, (void*)bn,
                    (void*)allowed})
@@ -1204,7 +1218,9 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
 
     int eli = 0;
     int cand_nb = 0;
-    int32_t* cur_ids = topk_ids;  // the latest index layer's selections
+    // the latest index layer's selections (none before the first: topk_n is zeroed; a KV source
+    // is always an index source, so no layer reads them before one)
+    int32_t* cur_ids = sel_ids;
     int* cur_n = topk_n;
     pending_out pending;  // a sub-layer output not yet expanded into the streams
     for (int l = 0; l < L; ++l) {

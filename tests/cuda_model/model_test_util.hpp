@@ -132,25 +132,29 @@ inline cm::loaded_model load_shipped_model() {
   return m.ok() ? *m : cm::loaded_model{};
 }
 
-// The shipped model's config with ratio-4 sources at layers 2..5, random weights in the
-// official FP8 layout (FP8 projections, FP4 experts) written to `file` in the temp directory
-// (removed when the returned holder goes), the shipped Engram token map.
+// The shipped model (`shipped`), and its config with ratio-4 sources at layers 2..5 and random
+// weights in the official FP8 layout (FP8 projections, FP4 experts: `eng`) written to `file` in
+// the temp directory (removed when the holder goes), with the shipped Engram token map.
 struct random_fp8_model {
+  cm::loaded_model shipped;
   std::filesystem::path path;
   std::optional<cm::engine> eng;
-  random_fp8_model(const cm::engine& shipped, uint32_t seed, const char* file) {
-    cm::model_config c = shipped.config();
+  random_fp8_model(uint32_t seed, const char* file) : shipped(load_shipped_model()) {
+    if (!shipped.eng) return;
+    cm::model_config c = shipped.eng->config();
     for (int l = 2; l < 6; ++l) c.compress_ratios[(size_t)l] = 4;
     EXPECT_TRUE(cm::finalize(c).ok());
     path = std::filesystem::temp_directory_path() / file;
     EXPECT_TRUE(cm::write_random_checkpoint(c, seed, cm::storage_layout::fp8, path.string()).ok());
     cm::engine_options o;
-    o.engram_token_map = shipped.engram_token_map();
+    o.engram_token_map = shipped.eng->engram_token_map();
     auto e = cm::engine::load(c, path.string(), o);
     EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.err().message);
     if (e.ok()) eng.emplace(std::move(*e));
   }
-  ~random_fp8_model() { std::filesystem::remove(path); }
+  ~random_fp8_model() {
+    if (!path.empty()) std::filesystem::remove(path);
+  }
 };
 
 }  // namespace cedar::test_cuda_model

@@ -169,9 +169,7 @@ TEST(cuda_prefill, shipped_model_chunks_full_stack) {
 // FP4 experts in the official layout, random weights.
 TEST(cuda_prefill, ratio4_fp8_random_model_chunks) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped_model();
-  ASSERT_TRUE(m.eng);
-  random_fp8_model r(*m.eng, 11, "cedar_cuda_prefill_r4.safetensors");
+  random_fp8_model r(11, "cedar_cuda_prefill_r4.safetensors");
   ASSERT_TRUE(r.eng);
   const cm::engine* e = &*r.eng;
   check_chunks(*e, {5, 2, 233, 90}, {1, 3, 64, 100}, cm::prefill_mode::ced, 2, "ratio-4 fp8 ced");
@@ -292,11 +290,10 @@ TEST(cuda_prefill, bad_input_is_an_error_and_leaves_the_sequence_alone) {
 // and the random FP8 model with FP4 experts (vector kernels either way).
 TEST(cuda_prefill, chunk_experts_by_expert_equal_item_by_item) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped_model();
-  ASSERT_TRUE(m.eng);
-  random_fp8_model r(*m.eng, 13, "cedar_cuda_prefill_experts.safetensors");
+  random_fp8_model r(13, "cedar_cuda_prefill_experts.safetensors");
   ASSERT_TRUE(r.eng);
-  for (const cm::engine* e : std::vector<const cm::engine*>{m.eng.get(), &*r.eng}) {
+  const cm::engine* shipped = r.shipped.eng.get();
+  for (const cm::engine* e : std::vector<const cm::engine*>{shipped, &*r.eng}) {
     const cm::model_config& c = e->config();
     const int V = c.vocab_size;
     for (bool mma : {false, true}) {
@@ -331,7 +328,7 @@ TEST(cuda_prefill, chunk_experts_by_expert_equal_item_by_item) {
       const state_diff sd = compare_state(c, s0, s1);
       std::printf("[experts by expert, %s, tensor cores %s] %zu rows: logits %.3g rel, argmax differs in %d; "
                   "entries differing %.1f%%, ring %.1f%%\n",
-                  e == m.eng.get() ? "shipped" : "fp8/fp4", mma ? "on" : "off", rows, worst, argmax_diff,
+                  e == shipped ? "shipped" : "fp8/fp4", mma ? "on" : "off", rows, worst, argmax_diff,
                   100 * sd.entries, 100 * sd.ring);
       if (!mma) {
         EXPECT_LE(worst, 1e-6);
@@ -342,42 +339,5 @@ TEST(cuda_prefill, chunk_experts_by_expert_equal_item_by_item) {
         EXPECT_LE(argmax_diff, (int)rows * 5 / 100);
       }
     }
-  }
-}
-
-// Diagnostics (--gtest_also_run_disabled_tests): per call, the logits of chunk sizes against
-// the CPU runner's prefill, full stack, shipped model.
-TEST(cuda_prefill, DISABLED_diag_chunk_sizes_per_call) {
-  CEDAR_REQUIRE_GPU();
-  auto m = load_shipped_model();
-  ASSERT_TRUE(m.eng);
-  mma_off no_mma;
-  const cm::model_config& c = m.eng->config();
-  const int V = c.vocab_size;
-  cm::prefill_options o;
-  o.mode = cm::prefill_mode::full_stack;
-  auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
-  ASSERT_TRUE(cpu.ok());
-  const std::vector<int> parts = {301, 37, 700};
-  std::vector<std::vector<float>> ref;
-  {
-    cm::sequence a(c);
-    uint32_t seed = 300;
-    for (int n : parts) ref.push_back((*cpu)->prefill(a, tokens_of(n, V, seed++), o)->values);
-  }
-  for (int fixed_shape = 0; fixed_shape < 2; ++fixed_shape)
-  for (int chunk : {64, 65, 66, 67, 80, 100, 128}) {
-    std::optional<attn_fixed> fx;
-    if (fixed_shape) fx.emplace();
-    auto gpu = gpu_with_chunk(*m.eng, chunk);
-    cm::sequence g(c);
-    uint32_t seed = 300;
-    std::printf("[diag] attention shape %s, chunk %3d:", fixed_shape ? "fixed" : "built-in", chunk);
-    for (size_t k = 0; k < parts.size(); ++k) {
-      auto r = gpu->prefill(g, tokens_of(parts[k], V, seed++), o);
-      ASSERT_TRUE(r.ok()) << r.err().message;
-      std::printf(" call %zu %.3g", k, rel_diff(ref[k].data(), r->values.data(), (size_t)V));
-    }
-    std::printf("\n");
   }
 }
