@@ -236,6 +236,7 @@ class cuda_backend final : public backend {
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
+    if (const char* v = std::getenv("CEDAR_CUDA_DEFER_NORM")) defer_norm_ = std::string(v) == "1";
     env_int("CEDAR_CUDA_PREFILL_CHUNK", 1, prefill_chunk_);
     chunk_experts_forced_ = env_int("CEDAR_CUDA_CHUNK_EXPERTS", 0, chunk_experts_min_);
   }
@@ -347,6 +348,14 @@ class cuda_backend final : public backend {
   // expand) adds them
   // (CEDAR_CUDA_MOE_SIDE=0: in line)
   bool moe_side_ = true;
+  // CEDAR_CUDA_DEFER_NORM=1 (experimental, off by default): at decode sizes the mHC site has no
+  // last block and the projections fold the collapsed rows' RMSNorm factor into their own pass
+  // over x. Measured on an H200 (8K context): 1.2 B batch 1 1.13 vs 1.18 ms per step, the
+  // shipped model 0.585 vs 0.63. Off because its rounding (Σ W·(x·w), then · inv) differs in
+  // the last bits from the chunk path's ((x · inv) · w), so decode steps no longer reproduce
+  // a prefill of the same tokens to 1e-5 (the FP4/FP8 caches turn the difference into other
+  // codes); on, every path would have to take the deferred form.
+  bool defer_norm_ = false;
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
   bool fold_combine_ = true;
@@ -1091,6 +1100,13 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   // projections read) and the mix weights are reduced from its partials on side_, off the
   // critical path: nothing reads them before the next site (or hc_expand / the head), which
   // join_side() first. The partials are next written by the next site's kernel, after the join.
+  // Decode steps of up to k_qgemv_m_tile rows (the projections' vector path) with the side
+  // stream: the site's kernel has no last block at all (no fence, atomic or reduction on the
+  // critical path); the projections fold x's RMSNorm factor into their own pass over x (qgemv:
+  // x_norm_inv null; the rounding differs in the last bits). Not for chunks and replays: a
+  // prompt's rows give the same bits whatever the chunk size (tests hold them to it).
+  const bool defer_norm = defer_norm_ && side_ && !chunk && B <= kcu::k_qgemv_m_tile;
+  const float* xinv_in = defer_norm ? nullptr : xinv;  // what the projections are given
   bool side_pending = false;
   auto join_side = [&]() -> status {
     if (!side_pending) return {};
@@ -1127,6 +1143,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     mp.done = site_done;
     if (!side_) return kcu::hc_mix_collapse(mp, stream_);
     mp.x_inv_only = true;
+    if (defer_norm) mp.done = nullptr, mp.x_inv_only = false;
     CEDAR_TRY(kcu::hc_mix_collapse(mp, stream_));
     CEDAR_CU(cudaEventRecord(side_events_[0], stream_), "cuda backend: fork side stream");
     CEDAR_CU(cudaStreamWaitEvent(side_, side_events_[0], 0), "cuda backend: fork side stream");
@@ -1267,14 +1284,14 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         kcu::qgemv_params it[5];
         int n = 0;
         if (!cut) {
-          it[n++] = gemv_item(b.wq_a, x, d, qr, ql, b.attn_norm, xinv);
-          it[n++] = gemv_item(b.wkv, x, d, kvr, hd, b.attn_norm, xinv);
+          it[n++] = gemv_item(b.wq_a, x, d, qr, ql, b.attn_norm, xinv_in);
+          it[n++] = gemv_item(b.wkv, x, d, kvr, hd, b.attn_norm, xinv_in);
         }
         if (comp) {
-          it[n++] = gemv_item(b.c_wkv, x, d, ckv_rows, hd, b.attn_norm, xinv);
-          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate_rows, hd, b.attn_norm, xinv);
+          it[n++] = gemv_item(b.c_wkv, x, d, ckv_rows, hd, b.attn_norm, xinv_in);
+          if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate_rows, hd, b.attn_norm, xinv_in);
         }
-        if (indexed && !cut) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv);
+        if (indexed && !cut) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv_in);
         if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       // the cache entries of this step: norm, RoPE and encoding jobs, launched together below
@@ -1419,10 +1436,10 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         kcu::qgemv_params it[3];
         int n = 0;
         if (!b.shared.w1.empty()) {
-          it[n++] = gemv_item(b.shared.w1, x, d, h, 2 * F, b.ffn_norm, xinv);
-          it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F, b.ffn_norm, xinv);
+          it[n++] = gemv_item(b.shared.w1, x, d, h, 2 * F, b.ffn_norm, xinv_in);
+          it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F, b.ffn_norm, xinv_in);
         }
-        if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E, b.ffn_norm, xinv);
+        if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E, b.ffn_norm, xinv_in);
         if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
       // the routed experts on moe_stream_ (their own buffers: gate logits in, ye out) while
@@ -1442,7 +1459,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         if (by_expert && (int)b.experts.size() == E) {
           CEDAR_TRY(experts_by_expert(b, x, es));
         } else {
-          CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv));
+          CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv_in));
           CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
           CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
         }

@@ -27,6 +27,7 @@
 #include <random>
 #include <sstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,6 +319,109 @@ class event_profiler final : public kcu::launch_profiler {
   int steps_ = 0;
 };
 
+// --timeline (a build with -DCEDAR_CUDA_TIMELINE=ON): the decode steps as they run, in their
+// CUDA graph with PDL and the side streams. The kernels append their start times (launch.cuh);
+// the launches a step enqueues (eagerly or into the graph it captures) are recorded here on the
+// host, so each device record is matched to a kernel by its grid/block tag in launch order
+// (side-stream kernels may start a few places off). A kernel's cost on the critical path is
+// the gap from its start to the next record's start.
+class timeline_recorder final : public kcu::launch_profiler {
+ public:
+  struct launch {
+    const void* fn = nullptr;
+    unsigned long long tag = 0;
+    dim3 grid, block;
+  };
+  static constexpr unsigned k_cap = 8192;
+  timeline_recorder() {
+    if (cudaMalloc(&buf_, sizeof(unsigned long long) * (2 + 2 * (size_t)k_cap)) != cudaSuccess) buf_ = nullptr;
+  }
+  ~timeline_recorder() override {
+    kcu::set_timeline(nullptr, 0);
+    if (buf_) cudaFree(buf_);
+  }
+  bool ok() const { return buf_ != nullptr; }
+  void before(const void* fn, dim3 g, dim3 b, cudaStream_t) override {
+    cur_.push_back({fn, kcu::timeline_tag(g.x, g.y, g.z, b.x), g, b});
+  }
+  void after(const void*, cudaStream_t) override {}
+  // before a step: recording on, the count zeroed
+  void arm() {
+    cudaMemset(buf_, 0, sizeof(unsigned long long) * 2);
+    kcu::set_timeline(buf_, k_cap);
+  }
+  // after a step (synchronised): the launches it enqueued, if any, become the sequence its graph
+  // replays; its records matched to them and the gaps added per launch position. false when
+  // fewer than all the records could be matched.
+  bool collect() {
+    kcu::set_timeline(nullptr, 0);
+    if (!cur_.empty()) {
+      if (!seq_.empty() && cur_.size() != seq_.size()) gap_.clear(), cnt_.clear(), steps_ = 0, span_ = 0;
+      seq_ = std::move(cur_);
+    }
+    cur_.clear();
+    unsigned n = 0;
+    cudaMemcpy(&n, buf_, sizeof n, cudaMemcpyDeviceToHost);
+    n = std::min(n, k_cap);
+    std::vector<unsigned long long> rec(2 * (size_t)n);
+    if (n) cudaMemcpy(rec.data(), buf_ + 2, sizeof(unsigned long long) * rec.size(), cudaMemcpyDeviceToHost);
+    std::vector<std::pair<unsigned long long, unsigned long long>> r;  // (time, tag) by time
+    for (unsigned i = 0; i < n; ++i) r.push_back({rec[2 * (size_t)i], rec[2 * (size_t)i + 1]});
+    std::sort(r.begin(), r.end());
+    gap_.resize(seq_.size(), 0.0), cnt_.resize(seq_.size(), 0);
+    std::vector<char> used(seq_.size(), 0);
+    size_t j = 0, matched = 0;
+    std::vector<long> at(r.size(), -1);
+    for (size_t i = 0; i < r.size(); ++i) {
+      while (j < seq_.size() && used[j]) ++j;
+      for (size_t k = j; k < std::min(seq_.size(), j + 24); ++k)
+        if (!used[k] && seq_[k].tag == r[i].second) {
+          used[k] = 1, at[i] = (long)k, ++matched;
+          break;
+        }
+    }
+    for (size_t i = 0; i + 1 < r.size(); ++i)
+      if (at[i] >= 0) gap_[(size_t)at[i]] += 1e-3 * (double)(r[i + 1].first - r[i].first), cnt_[(size_t)at[i]]++;
+    if (r.size() > 1) span_ += 1e-3 * (double)(r.back().first - r.front().first);
+    ++steps_;
+    records_ = r.size();
+    return matched == r.size() && r.size() == seq_.size();
+  }
+  size_t records() const { return records_; }
+  // Prints the per-kernel table (critical-path µs per step); one CSV row per launch position.
+  void report(const std::string& what, FILE* csv) const {
+    if (steps_ == 0 || seq_.empty()) return;
+    std::map<std::string, std::pair<int, double>> by;
+    double sum = 0;
+    for (size_t i = 0; i < seq_.size(); ++i) {
+      const double us = cnt_[i] ? gap_[i] / cnt_[i] : 0.0;
+      auto& e = by[event_profiler::name_of(seq_[i].fn)];
+      e.first += 1, e.second += us, sum += us;
+    }
+    std::vector<std::pair<std::string, std::pair<int, double>>> rows(by.begin(), by.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    std::printf("  timeline %s: %zu launches per step, first to last kernel start %.1f us (graph, PDL, side streams)\n",
+                what.c_str(), seq_.size(), span_ / steps_);
+    std::printf("    %-40s %8s %10s %6s %9s\n", "kernel", "launches", "us/step", "share", "us/launch");
+    for (const auto& [n, e] : rows)
+      std::printf("    %-40s %8d %10.1f %5.1f%% %9.2f\n", n.substr(0, 40).c_str(), e.first, e.second, 100 * e.second / sum,
+                  e.second / e.first);
+    if (csv)
+      for (size_t i = 0; i < seq_.size(); ++i)
+        std::fprintf(csv, "%s,%zu,\"%s\",%u,%u,%.3f\n", what.c_str(), i, event_profiler::name_of(seq_[i].fn).c_str(),
+                     seq_[i].grid.x * seq_[i].grid.y * seq_[i].grid.z, seq_[i].block.x, cnt_[i] ? gap_[i] / cnt_[i] : 0.0);
+  }
+
+ private:
+  unsigned long long* buf_ = nullptr;
+  std::vector<launch> seq_, cur_;
+  std::vector<double> gap_;
+  std::vector<int> cnt_;
+  double span_ = 0;
+  int steps_ = 0;
+  size_t records_ = 0;
+};
+
 // --prefill: an N-token prompt prefilled on the GPU per chunk size (CED; the full stack at the
 // first chunk size), each after a warm-up prefill on another sequence, wall time of the whole
 // call; the bound is the weight bytes of one chunk step (the distinct experts of `chunk` rows)
@@ -473,7 +577,7 @@ bool bench_replay(const cm::engine& eng, const std::string& name, int64_t N, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models = "default,rand1b", csv_path, profile_path, prefill_csv_path;
+  std::string models = "default,rand1b", csv_path, profile_path, prefill_csv_path, timeline_path;
   bool profile = false, decode = true;
   int64_t prefill_n = 0, prefill_cpu_n = 1024, replay_n = 0;
   std::vector<int64_t> prefill_chunks = {64, 128, 256};
@@ -495,6 +599,7 @@ int main(int argc, char** argv) {
           "                         [--profile] [--profile-csv FILE]\n"
           "                         [--prefill N] [--prefill-chunks 64,128,256] [--prefill-cpu N]\n"
           "                         [--prefill-csv FILE] [--replay N] [--no-decode]\n"
+          "                         [--timeline FILE]\n"
           "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
           "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n"
           "--prefill N: also a prefill of an N-token prompt on the GPU per chunk size (CED, and the\n"
@@ -506,7 +611,11 @@ int main(int argc, char** argv) {
           "streams), a table per kernel (with --prefill: also of one full-stack chunk per chunk size\n"
           "after the N-token prompt); --profile-csv FILE: also one row per launch of a step\n"
           "(config, position, kernel, blocks, threads, us). The tok/s of a profiled run are not the\n"
-          "backend's.\n");
+          "backend's.\n"
+          "--timeline FILE: the decode steps as they run (graph, PDL, side streams): each kernel's\n"
+          "start recorded on the device, its cost on the critical path = the gap to the next start;\n"
+          "a table per kernel and one CSV row per launch (config, position, kernel, blocks, threads,\n"
+          "us). Needs a build with -DCEDAR_CUDA_TIMELINE=ON (kernels record only in that build).\n");
       return 0;
     } else if (a == "--models") {
       models = val("--models");
@@ -523,6 +632,8 @@ int main(int argc, char** argv) {
     } else if (a == "--profile-csv") {
       profile = true;
       profile_path = val("--profile-csv");
+    } else if (a == "--timeline") {
+      timeline_path = val("--timeline");
     } else if (a == "--prefill") {
       prefill_n = parse_list(val("--prefill"), "--prefill")[0];
     } else if (a == "--replay") {
@@ -545,6 +656,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!timeline_path.empty() && (profile || !kcu::timeline_compiled())) {
+    std::fprintf(stderr, "bench_cuda_decode: --timeline %s\n",
+                 profile ? "and --profile exclude each other" : "needs a build with -DCEDAR_CUDA_TIMELINE=ON");
+    return 2;
+  }
   const std::string why = cm::cuda_unavailable_reason();
   if (!why.empty()) {
     std::fprintf(stderr, "bench_cuda_decode: %s\n", why.c_str());
@@ -564,6 +680,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::fprintf(pcsv, "config,position,kernel,blocks,threads,us\n");
+  }
+  FILE* tcsv = nullptr;
+  if (!timeline_path.empty()) {
+    tcsv = std::fopen(timeline_path.c_str(), "w");
+    if (!tcsv) {
+      std::fprintf(stderr, "bench_cuda_decode: --timeline: cannot write %s\n", timeline_path.c_str());
+      return 2;
+    }
+    std::fprintf(tcsv, "config,position,kernel,blocks,threads,us\n");
   }
   const double bw = copy_bandwidth();
   std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
@@ -641,14 +766,29 @@ int main(int argc, char** argv) {
         std::vector<int32_t> tok((size_t)B, 17);
         std::vector<float> logits;
         bool ok = true;
-        for (int w = 0; w < 2 && ok; ++w) ok = (*be)->decode_step(ptrs, tok, logits).ok();  // uploads + warm-up
+        std::unique_ptr<timeline_recorder> tl;
+        if (tcsv) {  // records the launches from the first step on (the graph is captured early)
+          tl = std::make_unique<timeline_recorder>();
+          if (!tl->ok()) {
+            std::fprintf(stderr, "bench_cuda_decode: --timeline: out of device memory\n");
+            return 1;
+          }
+          kcu::set_profiler(tl.get());
+        }
+        for (int w = 0; w < 2 && ok; ++w) {
+          ok = (*be)->decode_step(ptrs, tok, logits).ok();  // uploads + warm-up
+          if (tl) tl->collect();
+        }
         double dev_ms = 0;  // the backend's event-timed device work, summed over the steps
         event_profiler prof;
         const auto t0 = std::chrono::steady_clock::now();
         for (int s = 0; s < steps && ok; ++s) {
           if (profile) prof.arm(), kcu::set_profiler(&prof);
+          if (tl) tl->arm();
           auto st = (*be)->decode_step(ptrs, tok, logits);
-          kcu::set_profiler(nullptr);
+          if (!tl) kcu::set_profiler(nullptr);
+          if (st && tl && !tl->collect() && s == steps - 1)
+            std::fprintf(stderr, "bench_cuda_decode: --timeline: %zu records, not all matched to launches\n", tl->records());
           if (st && profile && !prof.collect()) {
             std::fprintf(stderr, "bench_cuda_decode: --profile: the steps launched different kernels\n");
             ok = false;
@@ -672,10 +812,12 @@ int main(int argc, char** argv) {
         if (csv)
           std::fprintf(csv, "%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),
                        (long long)N, (long long)B, sec * 1e3, dev_ms, tps, bytes, roof, tps / roof);
-        if (profile) {
-          char what[96];
-          std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld", name.c_str(), (long long)N, (long long)B);
-          prof.report(what, pcsv);
+        char what[96];
+        std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld", name.c_str(), (long long)N, (long long)B);
+        if (profile) prof.report(what, pcsv);
+        if (tl) {
+          kcu::set_profiler(nullptr);
+          tl->report(what, tcsv);
         }
       }
     }
@@ -686,5 +828,6 @@ int main(int argc, char** argv) {
   if (fcsv) std::fclose(fcsv);
   if (csv) std::fclose(csv);
   if (pcsv) std::fclose(pcsv);
+  if (tcsv) std::fclose(tcsv);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace cedar::kernels::cuda {
 namespace {
@@ -24,6 +25,30 @@ std::atomic<int>& pdl_flag() {
 
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed) != 0; }
 void set_pdl(bool on) { pdl_flag().store(on ? 1 : 0, std::memory_order_relaxed); }
+
+bool timeline_compiled() {
+#if defined(CEDAR_CUDA_TIMELINE)
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+std::vector<timeline_detail::setter>& timeline_setters() {
+  static std::vector<timeline_detail::setter> v;
+  return v;
+}
+}  // namespace
+
+int timeline_detail::add_setter(setter f) {
+  timeline_setters().push_back(f);
+  return 0;
+}
+
+void set_timeline(unsigned long long* dev_buf, unsigned cap) {
+  for (timeline_detail::setter f : timeline_setters()) f(dev_buf, cap);
+}
 
 launch_profiler* profiler() { return g_profiler.load(std::memory_order_relaxed); }
 void set_profiler(launch_profiler* p) { g_profiler.store(p, std::memory_order_relaxed); }

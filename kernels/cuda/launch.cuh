@@ -28,9 +28,38 @@
 
 namespace cedar::kernels::cuda {
 
+// ---- timeline (launch_profiler.hpp): the device side ----
+#if defined(CEDAR_CUDA_TIMELINE) && defined(__CUDACC__)
+namespace {
+__device__ unsigned long long* g_timeline = nullptr;
+__device__ unsigned g_timeline_cap = 0;
+inline void set_timeline_here(unsigned long long* b, unsigned cap) {
+  cudaMemcpyToSymbol(g_timeline, &b, sizeof b);
+  cudaMemcpyToSymbol(g_timeline_cap, &cap, sizeof cap);
+}
+[[maybe_unused]] const int g_timeline_registered = timeline_detail::add_setter(&set_timeline_here);
+}  // namespace
+__device__ __forceinline__ void timeline_record() {
+#if defined(__CUDA_ARCH__)
+  if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+  unsigned long long* b = g_timeline;
+  if (!b) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  const unsigned i = atomicAdd(reinterpret_cast<unsigned*>(b), 1u);
+  if (i >= g_timeline_cap) return;
+  b[2 + 2 * (size_t)i] = t;
+  b[3 + 2 * (size_t)i] = timeline_tag(gridDim.x, gridDim.y, gridDim.z, blockDim.x);
+#endif
+}
+#else
+__device__ __forceinline__ void timeline_record() {}
+#endif
+
 __device__ __forceinline__ void pdl_entry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  timeline_record();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -1,5 +1,6 @@
-// launch_profiler — the hook launch_kernel (launch.cuh) calls around every kernel launch: a
-// plain C++ header, so host code (bench_cuda_decode --profile) can set one without nvcc.
+// launch_profiler — the hook launch_kernel (launch.cuh) calls around every kernel launch, and
+// the timeline's host side: a plain C++ header, so host code (bench_cuda_decode --profile,
+// --timeline) can use them without nvcc.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,5 +19,25 @@ class launch_profiler {
 };
 launch_profiler* profiler();
 void set_profiler(launch_profiler* p);  // nullptr: none (the default)
+
+// ---- timeline (diagnostics, compiled in only with -DCEDAR_CUDA_TIMELINE=ON) -----------------
+// Where the time of a step goes inside a CUDA graph with PDL (which an event per kernel cannot
+// see: events break the graph and PDL overlap): while a device buffer is set, the first thread
+// of every kernel's first block, as its wait ends, appends (%globaltimer, grid/block tag) to
+// it. The wait ends when the previous kernel of the stream has completed, so the gaps between
+// consecutive records are the kernels' costs on the critical path (bench_cuda_decode
+// --timeline). Off in normal builds: the check would cost a load on every kernel's start.
+// Buffer layout (u64): [0] record count (atomic, as u32), [1] unused, then [2·i + 2] time in ns,
+// [2·i + 3] timeline_tag(grid, block) of record i < cap.
+bool timeline_compiled();
+void set_timeline(unsigned long long* dev_buf, unsigned cap);  // nullptr: records nothing
+__host__ __device__ constexpr unsigned long long timeline_tag(unsigned gx, unsigned gy, unsigned gz, unsigned bx) {
+  return (unsigned long long)(gx & 0xFFFFFu) | (unsigned long long)(gy & 0xFFFu) << 20 |
+         (unsigned long long)(gz & 0xFFu) << 32 | (unsigned long long)(bx & 0x7FFu) << 40;
+}
+namespace timeline_detail {
+using setter = void (*)(unsigned long long*, unsigned);
+int add_setter(setter f);  // each translation unit's copy of the pointer (no separable compilation)
+}  // namespace timeline_detail
 
 }  // namespace cedar::kernels::cuda

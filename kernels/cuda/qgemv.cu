@@ -120,43 +120,19 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
     for (int j = 0; j < MT; j++) acc[i][j] = 0.0f;
 
   const int64_t cols = p.w.cols;
-  // RMSNorm of the activation rows on the fly (x_norm_w): every block reduces the squares of its
-  // rows (cols floats each: small next to the weights it streams), then scales each x load
-  float xs[MT];
+  // RMSNorm of the activation rows on the fly (x_norm_w): with the rows' factors given
+  // (x_norm_inv), rms_norm's (x · inv) · w on each x load; without, the factor is deferred: the
+  // dot products take x · w, the squares of x are summed in the same pass (the group's lanes
+  // read every column once) and the sums are scaled by inv at the end — no pass over x before
+  // the weights stream (the rounding differs from rms_norm's in the last bits)
+  float xs[MT], ss[MT];
 #pragma unroll
-  for (int j = 0; j < MT; j++) xs[j] = 1.0f;
+  for (int j = 0; j < MT; j++) xs[j] = 1.0f, ss[j] = 0.0f;
   const float4* g4 = reinterpret_cast<const float4*>(p.x_norm_w);
+  const bool defer = g4 && !p.x_norm_inv;
   if (g4 && p.x_norm_inv) {
 #pragma unroll
     for (int j = 0; j < MT; j++) xs[j] = j < mt ? __ldg(p.x_norm_inv + m0 + j) : 1.0f;
-  } else if (g4) {
-    __shared__ float nred[k_warps][MT];
-    float ss[MT];
-#pragma unroll
-    for (int j = 0; j < MT; j++) {
-      ss[j] = 0.0f;
-      if (j >= mt) continue;
-      const float4* xr = reinterpret_cast<const float4*>(p.x + (int64_t)(m0 + j) * p.ldx);
-#pragma unroll 4
-      for (int64_t c4 = threadIdx.x; c4 < cols / 4; c4 += blockDim.x) {
-        const float4 a = __ldg(xr + c4);
-        ss[j] = fmaf(a.x, a.x, ss[j]);
-        ss[j] = fmaf(a.y, a.y, ss[j]);
-        ss[j] = fmaf(a.z, a.z, ss[j]);
-        ss[j] = fmaf(a.w, a.w, ss[j]);
-      }
-#pragma unroll
-      for (int off = 16; off; off >>= 1) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], off);
-      if (lane == 0) nred[warp][j] = ss[j];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < MT; j++) {
-      float t = 0.0f;
-#pragma unroll
-      for (int k = 0; k < k_warps; k++) t += nred[k][j];
-      xs[j] = rsqrtf(t / (float)cols + p.x_norm_eps);
-    }
   }
   if (r0 < p.w.rows) {
 #pragma unroll 2
@@ -181,7 +157,13 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
 #pragma unroll
         for (int q4 = 0; q4 < V / 4; q4++) {
           float4 a = __ldg(xp + q4);
-          if (g4) a = x_norm_apply(a, xs[j], __ldg(g4 + c / 4 + q4));  // rms_norm's (x · inv) · w
+          if (defer) {
+            ss[j] = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, ss[j]))));
+            const float4 g = __ldg(g4 + c / 4 + q4);
+            a = make_float4(a.x * g.x, a.y * g.y, a.z * g.z, a.w * g.w);
+          } else if (g4) {
+            a = x_norm_apply(a, xs[j], __ldg(g4 + c / 4 + q4));  // rms_norm's (x · inv) · w
+          }
 #pragma unroll
           for (int i = 0; i < RW; i++) {
             part[i] = fmaf(wv[i][4 * q4], a.x, part[i]);
@@ -208,8 +190,27 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
       if (WS > 1 && lane == 0) red[warp][i][j] = v;
       acc[i][j] = v;
     }
+  __shared__ float sred[WS > 1 ? k_warps : 1][MT];  // the deferred norm's squares per warp
+  if (defer) {
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+#pragma unroll
+      for (int off = 16; off; off >>= 1) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], off);
+      if (WS > 1 && lane == 0) sred[warp][j] = ss[j];
+    }
+  }
   if constexpr (WS > 1) __syncthreads();
   if (lane != 0 || part != 0 || r0 >= p.w.rows) return;
+  if (defer) {
+#pragma unroll
+    for (int j = 0; j < MT; j++) {
+      float t = ss[j];
+      if constexpr (WS > 1)
+#pragma unroll
+        for (int k = 1; k < WS; k++) t += sred[warp + k][j];
+      xs[j] = rsqrtf(t / (float)cols + p.x_norm_eps);
+    }
+  }
 #pragma unroll
   for (int i = 0; i < RW; i++)
 #pragma unroll
@@ -218,6 +219,7 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
       if constexpr (WS > 1)
 #pragma unroll
         for (int k = 1; k < WS; k++) v += red[warp + k][i][j];
+      if (defer) v *= xs[j];
       if (j < mt && r0 + i < p.w.rows) {
         float* yp = p.y + (int64_t)(m0 + j) * p.ldy + r0 + i;
         *yp = p.accumulate ? *yp + v : v;

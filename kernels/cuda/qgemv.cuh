@@ -43,7 +43,8 @@ struct qgemv_params {
   // [cols]); saves the separate normalising launch when only projections read the normed row
   const float* x_norm_w = nullptr;
   float x_norm_eps = 0.0f;
-  const float* x_norm_inv = nullptr;  // [m] the rows' factors when known (else each block sums)
+  const float* x_norm_inv = nullptr;  // [m] the rows' factors when known (else each block sums the
+                                      // squares in its pass over x and scales its sums at the end)
 };
 
 constexpr int k_qgemv_m_tile = 8;

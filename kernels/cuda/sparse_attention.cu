@@ -7,10 +7,14 @@
 // each block leaves its (max, sum, output) in the workspace and the splits are folded: by the
 // last block of each (row, head group) to finish when the caller gives `done` counters (counted
 // with an atomic, as the mHC site does; no second launch), else by a second kernel.
+// A tensor-core form (sparse_attention_mma_kernel, below) takes 16 heads per block as the rows
+// of bf16 MMAs; shape_of picks it for steps of many rows (prefill chunks, large batches).
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
+
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
@@ -46,51 +50,129 @@ __device__ __forceinline__ float rope_channel(const sparse_attention_params& p, 
 }
 
 constexpr int k_max_splits = 64;
+constexpr int k_fold_outputs = 4;  // outputs per thread and pass of a split fold
 
-// Folds the splits' partial states of (row r, head h) and the sink into p.out, with all the
-// block's threads (an empty split has max −inf and contributes nothing). Warp 0 reduces the
-// splits' maxima and sums with shuffles and leaves each split's weight exp(m_s − m) in wsplit
-// [splits]; every thread then sums its channels over the splits with independent loads into
-// orow [D], and the inverse RoPE is applied on the way out. orow, wsplit and s_den are shared
-// memory; the partials are read through L2 (__ldcg: other blocks of this grid wrote them).
-__device__ void combine_head(const sparse_attention_params& p, int splits, int r, int h, float* orow, float* wsplit,
-                             float* s_den) {
-  const int D = p.D;
-  const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
-  const float* po = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h) * splits * D;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float ms[2], ls[2];
-    float m = p.sink[h];
-    for (int k = 0; k < 2; ++k) {
-      const int s = lane + 32 * k;
-      ms[k] = s < splits ? __ldcg(ml + 2 * s) : -INFINITY;
-      ls[k] = s < splits ? __ldcg(ml + 2 * s + 1) : 0.0f;
-      m = fmaxf(m, ms[k]);
+// Folds the splits' partial states of heads h0 .. h0 + nh of row r and the sinks into p.out, with
+// all the block's threads (an empty split has max −inf and contributes nothing), `cap` heads
+// at a time. Per head, one warp reduces the splits' maxima and sums with shuffles and leaves
+// each split's weight exp(m_s − m) in wsplit [cap, k_max_splits] and the denominator in den
+// [cap]; every thread then sums channels over the splits with independent loads into orow
+// [cap, D], and the inverse RoPE is applied on the way out. orow, wsplit and den are shared
+// memory; the partials are read through L2 (__ldcg: other blocks of this grid wrote them). The
+// arithmetic per head does not depend on cap or on the warp that runs it, so every caller (the
+// combine kernel, either attention kernel's fold) gives the same bits.
+__device__ void combine_heads(const sparse_attention_params& p, int splits, int r, int h0, int nh, int cap, float* orow,
+                              float* wsplit, float* den) {
+  const int D = p.D, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
+  for (int b0 = 0; b0 < nh; b0 += cap) {
+    const int nb = min(cap, nh - b0);
+    for (int j = threadIdx.x >> 5; j < nb; j += nwarps) {
+      const int h = h0 + b0 + j;
+      const float* ml = p.workspace + 2 * (((size_t)r * p.H + h) * splits);
+      float ms[2], ls[2];
+      float m = p.sink[h];
+      for (int k = 0; k < 2; ++k) {
+        const int s = lane + 32 * k;
+        ms[k] = s < splits ? __ldcg(ml + 2 * s) : -INFINITY;
+        ls[k] = s < splits ? __ldcg(ml + 2 * s + 1) : 0.0f;
+        m = fmaxf(m, ms[k]);
+      }
+      for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      float dn = 0.0f;
+      for (int k = 0; k < 2; ++k) {
+        const int s = lane + 32 * k;
+        const float w = ms[k] == -INFINITY ? 0.0f : __expf(ms[k] - m);
+        if (s < splits) wsplit[j * k_max_splits + s] = w;
+        dn += ls[k] * w;
+      }
+      for (int off = 16; off; off >>= 1) dn += __shfl_xor_sync(0xffffffffu, dn, off);
+      if (lane == 0) den[j] = dn + __expf(p.sink[h] - m);
     }
-    for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float den = 0.0f;
-    for (int k = 0; k < 2; ++k) {
-      const int s = lane + 32 * k;
-      const float w = ms[k] == -INFINITY ? 0.0f : __expf(ms[k] - m);
-      if (s < splits) wsplit[s] = w;
-      den += ls[k] * w;
-    }
-    for (int off = 16; off; off >>= 1) den += __shfl_xor_sync(0xffffffffu, den, off);
-    if (lane == 0) *s_den = den + __expf(p.sink[h] - m);
-  }
-  __syncthreads();
-  const float inv = 1.0f / *s_den;
-  for (int c = threadIdx.x; c < D; c += blockDim.x) {
-    float o = 0.0f;
+    __syncthreads();
+    // k_fold_outputs outputs per thread at a time, each summed over the splits in order: their
+    // loads are independent, so a pass costs a few L2 round trips rather than one per split
+    // batch and output (a 16-head fold of 10 splits took ~20 µs one output at a time)
+    const float* pw = p.workspace + (size_t)2 * p.R * p.H * splits + ((size_t)r * p.H + h0 + b0) * splits * D;
+    for (int i0 = threadIdx.x; i0 < nb * D; i0 += k_fold_outputs * blockDim.x) {
+      float o[k_fold_outputs];
+      const float* po[k_fold_outputs];
+      const float* wj[k_fold_outputs];
+#pragma unroll
+      for (int u = 0; u < k_fold_outputs; ++u) {
+        const int i = min(i0 + u * (int)blockDim.x, nb * D - 1), j = i / D, c = i - j * D;
+        o[u] = 0.0f;
+        po[u] = pw + (size_t)j * splits * D + c;
+        wj[u] = wsplit + j * k_max_splits;
+      }
 #pragma unroll 4
-    for (int s = 0; s < splits; ++s) o += __ldcg(po + (size_t)s * D + c) * wsplit[s];
-    orow[c] = o * inv;
+      for (int s = 0; s < splits; ++s)
+#pragma unroll
+        for (int u = 0; u < k_fold_outputs; ++u) o[u] += __ldcg(po[u] + (size_t)s * D) * wj[u][s];
+#pragma unroll
+      for (int u = 0; u < k_fold_outputs; ++u) {
+        const int i = i0 + u * (int)blockDim.x;
+        if (i < nb * D) orow[i] = o[u] * (1.0f / den[i / D]);
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nb * D; i += blockDim.x) {
+      const int j = i / D, c = i - j * D;
+      const float* oj = orow + (size_t)j * D;
+      p.out[((size_t)r * p.H + h0 + b0 + j) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int k) { return oj[k]; });
+    }
+    __syncthreads();  // orow, wsplit and den are free again
   }
-  __syncthreads();
-  for (int c = threadIdx.x; c < D; c += blockDim.x)
-    p.out[((size_t)r * p.H + h) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int j) { return orow[j]; });
-  __syncthreads();  // orow and wsplit are free again
+}
+
+// The end of a block's key range, in either kernel: acc [nh, D] (unnormalised output), mrun and
+// lrun [nh] (running max and sum of exp) of heads h0 .. h0 + nh of row r. With splits > 1 the
+// block leaves its partial state in the workspace and the last block of its (row, head group)
+// folds the splits (kFold and p.done; else sparse_attention_combine does); otherwise the sink
+// joins the denominator and the output is written (inverse RoPE on the way out, when given).
+// orow [cap, D], wsplit [cap, k_max_splits] and den [cap] are shared scratch the fold may use
+// (cap ≥ 1 heads at a time); acc may alias none of them, mrun and lrun may (read before).
+template <bool kFold>
+__device__ void finish_block(const sparse_attention_params& p, int r, int h0, int nh, int split, int splits,
+                             const float* acc, const float* mrun, const float* lrun, int cap, float* orow, float* wsplit,
+                             float* den) {
+  const int D = p.D;
+  if (splits > 1) {
+    // partial state of this split: [R, H, splits] of (max, sum) and [R, H, splits, D] of output
+    float* ml = p.workspace;
+    float* po = p.workspace + (size_t)2 * p.R * p.H * splits;
+    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
+      const size_t at = ((size_t)r * p.H + h0 + h) * splits + split;
+      ml[2 * at] = mrun[h];
+      ml[2 * at + 1] = lrun[h];
+    }
+    for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+      const int h = i / D;
+      po[(((size_t)r * p.H + h0 + h) * splits + split) * D + (i - h * D)] = acc[i];
+    }
+    if (!kFold || !p.done) return;
+    // the (row, head group)'s last split block to finish folds the splits
+    __shared__ unsigned last;
+    unsigned* cnt = p.done + (size_t)r * gridDim.y + blockIdx.y;
+    __threadfence();  // this block's partials are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(cnt, 1u) == (unsigned)splits - 1 ? 1u : 0u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    combine_heads(p, splits, r, h0, nh, cap, orow, wsplit, den);
+    if (threadIdx.x == 0) *cnt = 0;  // ready for the next launch
+    return;
+  }
+  // the sink joins the denominator only; the inverse RoPE (when given) on the way out
+  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
+    const int h = i / D;
+    const float sink = p.sink[h0 + h];
+    const float m = fmaxf(mrun[h], sink);
+    const float den = lrun[h] * __expf(mrun[h] - m) + __expf(sink - m);
+    const float* ah = acc + h * D;
+    p.out[((size_t)r * p.H + h0) * D + i] =
+        rope_channel(p, r, D, i - h * D, -1.0f, [&](int j) { return ah[j] * __expf(mrun[h] - m) / den; });
+  }
 }
 
 // grid (R, head groups, splits). With splits == 1 the block writes the output; else it writes
@@ -233,45 +315,243 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
     }
     __syncthreads();
   }
-  if (splits > 1) {
-    // partial state of this split: [R, H, splits] of (max, sum) and [R, H, splits, D] of output
-    float* ml = p.workspace;
-    float* po = p.workspace + (size_t)2 * p.R * p.H * splits;
-    for (int h = threadIdx.x; h < nh; h += blockDim.x) {
-      const size_t at = ((size_t)r * p.H + h0 + h) * splits + split;
-      ml[2 * at] = mrun[h];
-      ml[2 * at + 1] = lrun[h];
+  // the fold's scratch: q's memory [hb, D], the tile's [k_tile, D], fac [hb]
+  finish_block<kFold>(p, r, h0, nh, split, splits, acc, mrun, lrun, max(1, min(hb, k_tile * D / k_max_splits)), qs, ts, fac);
+}
+
+// ---- tensor-core path ------------------------------------------------------------------------
+// One block per (row, group of 16 heads, split of the keys), eight warps, keys in tiles of 64.
+// The 16 heads are the rows of an m16n8k16 MMA (K = V is shared by every head, so a row's
+// heads make one matrix against each key tile):
+//   scores  S[16, 64] = Q[16, D] · Kᵀ      warp w: keys 8w .. 8w + 7, every head
+//   output  O[16, D] = O · f + P[16, 64] · V    warp w: channels w·D/8 .. (w + 1)·D/8
+// The tile is dequantised once into shared memory as bf16, which holds every FP8 (e4m3 ×
+// power-of-two scale) and FP4 (e2m1 × e4m3 scale) key exactly; q and the probabilities are
+// fp32 split into bf16 hi + lo halves (two MMAs each), so products keep ~16 mantissa bits
+// and sums run in fp32: the results stay within the tolerance of the fp32 path. The online
+// softmax and the fold of splits are the scalar kernel's (finish_block).
+constexpr int k_mma_heads = 16;    // heads per block: one MMA row tile
+constexpr int k_mma_keys = 64;     // keys per tile: one 8-key column tile per warp
+constexpr int k_mma_threads = 256;
+constexpr int k_mma_unroll = 4;    // 8-channel units each thread loads before converting
+constexpr int k_s_stride = k_mma_keys + 4;   // floats per score row
+constexpr int k_p_stride = k_mma_keys + 8;   // bf16 per probability row (16-byte rows, no bank conflicts)
+
+// Shared memory of the MMA kernel at head_dim D (bf16 rows padded by 8: ldmatrix rows of
+// consecutive heads / keys fall in distinct 16-byte bank groups).
+__host__ __device__ constexpr size_t mma_smem_bytes(int D) {
+  return sizeof(uint16_t) * (2 * (size_t)k_mma_heads * (D + 8) + (size_t)k_mma_keys * (D + 8) +
+                             2 * (size_t)k_mma_heads * k_p_stride) +
+         sizeof(float) * ((size_t)k_mma_heads * k_s_stride + 3 * (size_t)k_mma_heads);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&v)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t (&v)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t (&v)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(v[0]), "=r"(v[1])
+               : "r"(smem_addr(p)));
+}
+
+// c[16 × 8] += A[16 × 16] · B[16 × 8], bf16 in, fp32 accumulate (a: rows {g, g+8} × k pairs
+// {2t, 2t+8}; b: column g × k pairs {2t, 2t+8}; c: rows {g, g+8} × columns {2t, 2t+1}).
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float bf16_float(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return (uint32_t)bf16_bits(lo) | (uint32_t)bf16_bits(hi) << 16;
+}
+
+// v → its bf16 hi half and the bf16 of the remainder
+__device__ __forceinline__ void split_bf16(float v, uint16_t& hi, uint16_t& lo) {
+  hi = bf16_bits(v);
+  lo = bf16_bits(v - bf16_float(hi));
+}
+
+// NO = D / 64: 8-channel output column tiles per warp.
+template <int NO, bool kFold>
+__global__ void __launch_bounds__(k_mma_threads) sparse_attention_mma_kernel(sparse_attention_params p, int splits) {
+  pdl_entry();
+  constexpr int D = NO * 64, RS = D + 8;  // head_dim, bf16 row stride of q and of the tile
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* qhi = reinterpret_cast<uint16_t*>(smem_raw);  // [16, RS]
+  uint16_t* qlo = qhi + k_mma_heads * RS;                 // [16, RS]
+  uint16_t* kt = qlo + k_mma_heads * RS;                  // [64, RS] the key tile; at the end acc [16, D] fp32
+  uint16_t* phi = kt + k_mma_keys * RS;                   // [16, k_p_stride]
+  uint16_t* plo = phi + k_mma_heads * k_p_stride;         // [16, k_p_stride]
+  float* ss = reinterpret_cast<float*>(plo + k_mma_heads * k_p_stride);  // [16, k_s_stride] scores
+  float* mrun = ss + k_mma_heads * k_s_stride;            // [16] running max
+  float* lrun = mrun + k_mma_heads;                       // [16] running sum of exp
+  float* fac = lrun + k_mma_heads;                        // [16] rescale factor of this tile
+  __shared__ const uint8_t* tkey[k_mma_keys];
+  __shared__ int tfp4[k_mma_keys];
+
+  const int r = blockIdx.x, h0 = blockIdx.y * k_mma_heads, split = blockIdx.z;
+  const int nh = min(k_mma_heads, p.H - h0);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  // q rotated as it is read (rope_rows' rounding), split into hi + lo; heads past nh are zero
+  for (int i = tid; i < k_mma_heads * D; i += blockDim.x) {
+    const int h = i / D, c = i - h * D;
+    float v = 0.0f;
+    if (h < nh) {
+      const float* qv = p.q + ((size_t)r * p.H + h0 + h) * D;
+      v = rope_channel(p, r, D, c, 1.0f, [&](int j) { return qv[j]; });
     }
-    for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
-      const int h = i / D;
-      po[(((size_t)r * p.H + h0 + h) * splits + split) * D + (i - h * D)] = acc[i];
+    split_bf16(v, qhi[h * RS + c], qlo[h * RS + c]);
+  }
+  if (tid < k_mma_heads) mrun[tid] = -INFINITY, lrun[tid] = 0.0f;
+  const int nw = p.wn[r];
+  const int nc = p.nsel ? p.nsel[r] : 0;
+  const int n = nw + nc;
+  const size_t wbytes = fp8_swa_bytes(D), mbytes = fp4_kv_bytes(D);
+  const uint8_t* wk = p.wkeys[r];
+  const uint8_t* mk = nc > 0 ? p.main[r] : nullptr;
+  const int ws = p.wstart[r];
+  constexpr int units = D / 8;  // 8-channel units of a key
+
+  float o[NO][4];
+#pragma unroll
+  for (int j = 0; j < NO; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+  const int tiles = (n + k_mma_keys - 1) / k_mma_keys, per = (tiles + splits - 1) / splits;
+  const int k_begin = min(n, split * per * k_mma_keys), k_end = min(n, (split + 1) * per * k_mma_keys);
+  for (int t0 = k_begin; t0 < k_end; t0 += k_mma_keys) {
+    const int nt = min(k_mma_keys, k_end - t0);
+    if (tid < nt) {  // the tile's entry pointers: the only dependent load (sel -> entry)
+      const int j = t0 + tid;
+      tkey[tid] = j < nw ? wk + (size_t)((ws + j) % p.wcap) * wbytes : mk + (size_t)p.sel[(size_t)r * p.K + (j - nw)] * mbytes;
+      tfp4[tid] = j >= nw;
     }
-    if (!kFold || !p.done) return;
-    // the (row, head group)'s last split block to finish folds the splits, in the shared memory
-    // of q (orow, D <= hb * D floats) and of the tile (wsplit, splits <= 64 <= k_tile * D)
-    __shared__ unsigned last;
-    __shared__ float s_den;
-    unsigned* cnt = p.done + (size_t)r * gridDim.y + blockIdx.y;
-    __threadfence();  // this block's partials are visible device-wide before it is counted
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(cnt, 1u) == (unsigned)splits - 1 ? 1u : 0u;
+    // dequantise [64, D] as bf16: a thread per 8 channels of a key (an fp8 unit: 8 codes under
+    // one UE8M0 scale; an fp4 unit: one 4-byte word under one E4M3 scale); rows past nt zero
+    for (int base = tid; base < k_mma_keys * units; base += blockDim.x * k_mma_unroll) {
+      uint32_t u0[k_mma_unroll], u1[k_mma_unroll], sb[k_mma_unroll];
+#pragma unroll
+      for (int k = 0; k < k_mma_unroll; ++k) {
+        const int i = base + k * (int)blockDim.x, j = i / units, c0 = (i - j * units) * 8;
+        u0[k] = 0, u1[k] = 0, sb[k] = 0;
+        if (i >= k_mma_keys * units || j >= nt) continue;
+        const uint8_t* e = tkey[j];
+        if (!tfp4[j]) u0[k] = load4(e + c0), u1[k] = load4(e + c0 + 4), sb[k] = e[D + c0 / 32];
+        else u0[k] = load4(e + c0 / 2), sb[k] = e[D / 2 + c0 / 16];
+      }
+#pragma unroll
+      for (int k = 0; k < k_mma_unroll; ++k) {
+        const int i = base + k * (int)blockDim.x, j = i / units, c0 = (i - j * units) * 8;
+        if (i >= k_mma_keys * units) continue;
+        float f[8];
+        if (j >= nt) {
+#pragma unroll
+          for (int c = 0; c < 8; ++c) f[c] = 0.0f;
+        } else if (!tfp4[j]) {
+          const float sc = ue8m0_value(sb[k]);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) f[c] = e4m3_value((u0[k] >> (8 * c)) & 0xFFu) * sc, f[4 + c] = e4m3_value((u1[k] >> (8 * c)) & 0xFFu) * sc;
+        } else {
+          const float sc = e4m3_value(sb[k]);
+#pragma unroll
+          for (int c = 0; c < 8; ++c) f[c] = e2m1_value((u0[k] >> (4 * c)) & 15u) * sc;
+        }
+        *reinterpret_cast<uint4*>(kt + j * RS + c0) =
+            make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+      }
+    }
     __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int h = 0; h < nh; ++h) combine_head(p, splits, r, h0 + h, qs, ts, &s_den);
-    if (threadIdx.x == 0) *cnt = 0;  // ready for the next launch
-    return;
+    // scores of keys 8·warp .. + 7 for the 16 heads: q hi and lo against the tile
+    {
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (8 * warp < nt) {
+        const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4);  // ldmatrix x4 rows
+        const int brow = 8 * warp + (lane & 7), bcol = 8 * ((lane >> 3) & 1);         // ldmatrix x2 rows
+#pragma unroll 4
+        for (int k0 = 0; k0 < D; k0 += 16) {
+          uint32_t ah[4], al[4], b[2];
+          ldsm_x4(ah, qhi + arow * RS + k0 + acol);
+          ldsm_x4(al, qlo + arow * RS + k0 + acol);
+          ldsm_x2(b, kt + brow * RS + k0 + bcol);
+          mma16816(c, ah, b[0], b[1]);
+          mma16816(c, al, b[0], b[1]);
+        }
+      }
+      const int key = 8 * warp + 2 * t;
+      ss[g * k_s_stride + key] = key < nt ? c[0] * p.scale : -INFINITY;
+      ss[g * k_s_stride + key + 1] = key + 1 < nt ? c[1] * p.scale : -INFINITY;
+      ss[(g + 8) * k_s_stride + key] = key < nt ? c[2] * p.scale : -INFINITY;
+      ss[(g + 8) * k_s_stride + key + 1] = key + 1 < nt ? c[3] * p.scale : -INFINITY;
+    }
+    __syncthreads();
+    // online softmax: warp w takes heads 2w, 2w + 1; lane keys lane, lane + 32
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = 2 * warp + hh;
+      const float l0 = ss[h * k_s_stride + lane], l1 = ss[h * k_s_stride + lane + 32];
+      float m = fmaxf(l0, l1);
+      for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      m = fmaxf(m, mrun[h]);
+      const float e0 = __expf(l0 - m), e1 = __expf(l1 - m);
+      float l = e0 + e1;
+      for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+      split_bf16(e0, phi[h * k_p_stride + lane], plo[h * k_p_stride + lane]);
+      split_bf16(e1, phi[h * k_p_stride + lane + 32], plo[h * k_p_stride + lane + 32]);
+      __syncwarp();
+      if (lane == 0) {
+        const float f = mrun[h] == -INFINITY ? 0.0f : __expf(mrun[h] - m);
+        lrun[h] = lrun[h] * f + l;
+        mrun[h] = m;
+        fac[h] = f;
+      }
+    }
+    __syncthreads();
+    // O = O · f + P · V over this warp's channels
+    {
+      const float f0 = fac[g], f1 = fac[g + 8];
+#pragma unroll
+      for (int j = 0; j < NO; ++j) o[j][0] *= f0, o[j][1] *= f0, o[j][2] *= f1, o[j][3] *= f1;
+      const int arow = (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4);
+      const int vrow = (lane & 7) + 8 * ((lane >> 3) & 1);  // ldmatrix x2.trans: keys k0 .. k0 + 15
+      const int kmax = (nt + 15) & ~15;                    // zero rows past nt add nothing
+      for (int k0 = 0; k0 < kmax; k0 += 16) {
+        uint32_t ah[4], al[4];
+        ldsm_x4(ah, phi + arow * k_p_stride + k0 + acol);
+        ldsm_x4(al, plo + arow * k_p_stride + k0 + acol);
+#pragma unroll
+        for (int j = 0; j < NO; ++j) {
+          uint32_t b[2];
+          ldsm_x2_trans(b, kt + (k0 + vrow) * RS + warp * 8 * NO + 8 * j);
+          mma16816(o[j], ah, b[0], b[1]);
+          mma16816(o[j], al, b[0], b[1]);
+        }
+      }
+    }
+    __syncthreads();  // the tile, scores and probabilities are free for the next tile
   }
-  // the sink joins the denominator only; the inverse RoPE (when given) on the way out
-  for (int i = threadIdx.x; i < nh * D; i += blockDim.x) {
-    const int h = i / D;
-    const float sink = p.sink[h0 + h];
-    const float m = fmaxf(mrun[h], sink);
-    const float den = lrun[h] * __expf(mrun[h] - m) + __expf(sink - m);
-    const float* ah = acc + h * D;
-    p.out[((size_t)r * p.H + h0) * D + i] =
-        rope_channel(p, r, D, i - h * D, -1.0f, [&](int j) { return ah[j] * __expf(mrun[h] - m) / den; });
+  // the accumulators -> acc [16, D] fp32 over the tile's memory, then the common end
+  float* acc = reinterpret_cast<float*>(kt);
+#pragma unroll
+  for (int j = 0; j < NO; ++j) {
+    const int c = warp * 8 * NO + 8 * j + 2 * t;
+    acc[g * D + c] = o[j][0], acc[g * D + c + 1] = o[j][1];
+    acc[(g + 8) * D + c] = o[j][2], acc[(g + 8) * D + c + 1] = o[j][3];
   }
+  __syncthreads();
+  // the fold's scratch (acc is read first: the partials are written before the fold): q's
+  // memory [16, D] (32·(D + 8) bytes), the scores' [16, k_s_stride ≥ k_max_splits], fac [16]
+  finish_block<kFold>(p, r, h0, nh, split, splits, acc, mrun, lrun, k_mma_heads, reinterpret_cast<float*>(qhi), ss, fac);
 }
 
 // One block per (row, head): the splits' fold when no `done` counters are given.
@@ -280,16 +560,56 @@ __global__ void sparse_attention_combine(sparse_attention_params p, int splits) 
   extern __shared__ float orow[];  // [D] the row's output before the inverse RoPE
   __shared__ float wsplit[k_max_splits];
   __shared__ float s_den;
-  combine_head(p, splits, blockIdx.x, blockIdx.y, orow, wsplit, &s_den);
+  combine_heads(p, splits, blockIdx.x, blockIdx.y, 1, 1, orow, wsplit, &s_den);
 }
 
 // Heads per block, splits over the keys and the workspace they need.
 struct launch_shape {
   int hb = -1, splits = 1;
+  bool mma = false;  // the tensor-core kernel (hb = k_mma_heads, tiles of k_mma_keys)
   size_t workspace_floats = 0;
 };
 
 std::atomic<int> g_shape_hb{0}, g_shape_tiles{0};  // set_sparse_attention_shape (tests)
+std::atomic<int> g_mma_mode{-1};                   // set_sparse_attention_mma (tests); −1: the environment's
+
+// Splits of max_tiles key tiles over about `want` blocks given `blocks` without a split (at
+// most k_max_splits, each split at least one tile, none left empty).
+int split_count(int64_t blocks, int64_t want, int max_tiles) {
+  if (blocks >= want || max_tiles <= 1) return 1;
+  int splits = (int)std::min<int64_t>({(want + blocks - 1) / blocks, (int64_t)max_tiles, (int64_t)k_max_splits});
+  const int per = (max_tiles + splits - 1) / splits;  // tiles per split
+  return (max_tiles + per - 1) / per;
+}
+
+// The built-in rule's threshold: the tensor-core kernel from this many (row, 16-head group)
+// blocks before splits. Measured (1.2 B config, 8K context, device ms per decode step, fp32
+// kernel vs tensor cores): batch 64 (64 blocks, 5 splits each) 8.90 vs 6.35 (H100 and H200);
+// batch 8 (10 splits each) 2.66 vs 2.43 (H200); batch 1 (10 splits of one block) 1.14 vs
+// 1.39 (H200), so a row alone stays on the fp32 kernel (its splits are per head: 16 times the
+// blocks, each dequantising one key tile).
+constexpr int64_t k_mma_min_blocks = 8;
+
+int mma_mode() {
+  // CEDAR_CUDA_ATTN_MMA (read once): 0 the fp32 kernel only; 1 (default) the tensor-core
+  // kernel from k_mma_min_blocks (row, 16-head group) blocks (prefill chunks, decode batches of
+  // 8+ rows at 16 heads); 2 wherever the head_dim allows (splits included)
+  static const int env = [] {
+    const char* v = std::getenv("CEDAR_CUDA_ATTN_MMA");
+    if (!v || !*v) return 1;
+    char* end = nullptr;
+    const long m = std::strtol(v, &end, 10);
+    if (*end || m < 0 || m > 2) {
+      std::fprintf(stderr, "cedar: CEDAR_CUDA_ATTN_MMA=%s is not 0, 1 or 2; using 1\n", v);
+      return 1;
+    }
+    return (int)m;
+  }();
+  const int t = g_mma_mode.load();
+  return t >= 0 ? t : env;
+}
+
+bool mma_head_dim(int D) { return D == 64 || D == 128 || D == 256 || D == 512; }
 
 launch_shape shape_of(const sparse_attention_params& p) {
   static int sms = 0;  // kept for the first device a process uses (the executor drives one)
@@ -300,7 +620,7 @@ launch_shape shape_of(const sparse_attention_params& p) {
   }
   launch_shape ls;
   // CEDAR_CUDA_ATTN="HB,TILES" (diagnostics, read once): HB heads per block and TILES key
-  // tiles per split instead of the rule below; benchmarks sweep it
+  // tiles per split instead of the rule below (the fp32 kernel); benchmarks sweep it
   static const std::pair<int, int> env_forced = [] {
     std::pair<int, int> f{0, 0};
     if (const char* v = std::getenv("CEDAR_CUDA_ATTN")) std::sscanf(v, "%d,%d", &f.first, &f.second);
@@ -308,32 +628,40 @@ launch_shape shape_of(const sparse_attention_params& p) {
   }();
   const std::pair<int, int> forced = g_shape_hb.load() > 0 ? std::pair<int, int>{g_shape_hb.load(), g_shape_tiles.load()}
                                                            : env_forced;
+  const bool is_forced = forced.first > 0 && forced.second > 0;
+  const int64_t want = 2 * (int64_t)sms;
+  const int mode = is_forced ? 0 : mma_mode();
+  if (mode > 0 && mma_head_dim(p.D)) {
+    const int64_t blocks = (int64_t)p.R * ((p.H + k_mma_heads - 1) / k_mma_heads);
+    if (mode == 2 || blocks >= k_mma_min_blocks) {
+      ls.mma = true;
+      ls.hb = k_mma_heads;
+      ls.splits = split_count(blocks, want, (p.max_keys + k_mma_keys - 1) / k_mma_keys);
+      ls.workspace_floats = ls.splits > 1 ? (size_t)p.R * p.H * ls.splits * (2 + (size_t)p.D) : 0;
+      return ls;
+    }
+  }
   auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
   int hb = p.H;
   while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
   // a decode batch of a few rows: fewer heads per block until the grid gives every
   // multiprocessor ~2 blocks, then split the keys (p.max_keys) over up to 4 blocks per
   // multiprocessor
-  const int64_t want = 2 * (int64_t)sms;
   while (hb > 1 && (int64_t)p.R * ((p.H + hb - 1) / hb) < want) hb = (hb + 1) / 2;
   // each split takes at least one tile: a block's time is its chain of tiles (dequantise,
   // score, softmax, accumulate, each behind a barrier), so at batch 1 short chains on many
   // blocks beat long ones on few
   const int64_t blocks = (int64_t)p.R * ((p.H + hb - 1) / hb);
   const int max_tiles = (p.max_keys + k_tile - 1) / k_tile;
-  int splits = 1;
-  if (blocks < want) {
-    const int64_t want_split = 2 * want;
-    splits = (int)std::min<int64_t>({(want_split + blocks - 1) / blocks, (int64_t)max_tiles, (int64_t)k_max_splits});
-    const int per = (max_tiles + splits - 1) / splits;  // tiles per split; no split left empty
-    splits = (max_tiles + per - 1) / per;
-  }
-  if (forced.first > 0 && forced.second > 0) {
+  int splits = blocks < want ? split_count(blocks, 2 * want, max_tiles) : 1;
+  if (is_forced) {
     hb = std::min(p.H, forced.first);
     while (hb > 1 && bytes(hb) > 96 * 1024) hb = (hb + 1) / 2;
     splits = std::min(k_max_splits, std::max(1, (max_tiles + forced.second - 1) / forced.second));
-    const int per = (max_tiles + splits - 1) / splits;
-    splits = (max_tiles + per - 1) / per;
+    if (max_tiles > 0) {  // no split left empty
+      const int per = (max_tiles + splits - 1) / splits;
+      splits = (max_tiles + per - 1) / per;
+    }
   }
   ls.hb = hb;
   ls.splits = splits;
@@ -342,6 +670,8 @@ launch_shape shape_of(const sparse_attention_params& p) {
 }
 
 }  // namespace
+
+void set_sparse_attention_mma(int mode) { g_mma_mode = mode >= 0 && mode <= 2 ? mode : -1; }
 
 void set_sparse_attention_shape(int heads_per_block, int tiles_per_split) {
   const bool on = heads_per_block > 0 && tiles_per_split > 0;
@@ -365,28 +695,50 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   if (p.nsel && (!p.main || !p.sel || p.K <= 0)) return bad("nsel given without main/sel/K");
   if (p.rope_cos && (!p.rope_sin || p.rope_np <= 0 || 2 * p.rope_np > p.D)) return bad("bad RoPE pairs or null sin");
   // heads per block: as many as fit in ~96 KB of shared memory with the tile, and no more
-  // than leaves ~2 blocks per multiprocessor (each block dequantises its keys for its heads)
+  // than leaves ~2 blocks per multiprocessor (each block dequantises its keys for its heads);
+  // or the tensor-core kernel's 16 (shape_of)
   const launch_shape ls = shape_of(p);
   if (ls.hb < 0) return bad("could not read the device's multiprocessor count");
   const int hb = ls.hb;
-  auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
-  if (bytes(hb) > 200 * 1024) return bad("head_dim " + std::to_string(p.D) + " needs too much shared memory");
-  const size_t smem = bytes(hb);
   // splits over the keys only when the caller gave a large enough workspace
   const int splits = p.workspace && p.workspace_floats >= ls.workspace_floats ? ls.splits : 1;
-  // the opt-in above 48 KB, set once per size increase (a per-launch call costs host time);
-  // like `sms`, kept for the first device a process uses (the executor drives one device)
   const bool fold = splits > 1 && p.done;
-  auto* kernel = fold ? sparse_attention_kernel<true> : sparse_attention_kernel<false>;
-  static size_t smem_optin[2] = {48 * 1024, 48 * 1024};  // per instantiation
-  if (smem > smem_optin[fold]) {
+  const dim3 grid((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)splits);
+  // the opt-in above 48 KB, set once per kernel and size increase (a per-launch call costs host
+  // time); like `sms`, kept for the first device a process uses (the executor drives one device)
+  auto optin = [](const void* kernel, size_t smem, size_t& done) -> status {
+    if (smem <= done) return {};
     CEDAR_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                    "cuda::sparse_attention: shared memory attribute");
-    smem_optin[fold] = smem;
+    done = smem;
+    return {};
+  };
+  if (ls.mma) {
+    const size_t smem = mma_smem_bytes(p.D);
+    const int no = p.D / 64;
+    using kernel_t = void (*)(sparse_attention_params, int);
+    kernel_t kernel = nullptr;
+    switch (no) {
+      case 1: kernel = fold ? sparse_attention_mma_kernel<1, true> : sparse_attention_mma_kernel<1, false>; break;
+      case 2: kernel = fold ? sparse_attention_mma_kernel<2, true> : sparse_attention_mma_kernel<2, false>; break;
+      case 4: kernel = fold ? sparse_attention_mma_kernel<4, true> : sparse_attention_mma_kernel<4, false>; break;
+      default: kernel = fold ? sparse_attention_mma_kernel<8, true> : sparse_attention_mma_kernel<8, false>; break;
+    }
+    static size_t smem_optin[4][2] = {{48 * 1024, 48 * 1024}, {48 * 1024, 48 * 1024}, {48 * 1024, 48 * 1024}, {48 * 1024, 48 * 1024}};
+    const int slot = no == 1 ? 0 : no == 2 ? 1 : no == 4 ? 2 : 3;
+    CEDAR_TRY(optin(reinterpret_cast<const void*>(kernel), smem, smem_optin[slot][fold]));
+    launch_kernel(kernel, grid, k_mma_threads, smem, stream, p, splits);
+    CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (tensor cores)");
+  } else {
+    auto bytes = [&](int h) { return sizeof(float) * ((size_t)2 * h * p.D + (size_t)k_tile * p.D + (size_t)h * k_tile + 3 * (size_t)h); };
+    if (bytes(hb) > 200 * 1024) return bad("head_dim " + std::to_string(p.D) + " needs too much shared memory");
+    const size_t smem = bytes(hb);
+    auto* kernel = fold ? sparse_attention_kernel<true> : sparse_attention_kernel<false>;
+    static size_t smem_optin[2] = {48 * 1024, 48 * 1024};  // per instantiation
+    CEDAR_TRY(optin(reinterpret_cast<const void*>(kernel), smem, smem_optin[fold]));
+    launch_kernel(kernel, grid, k_threads, smem, stream, p, hb, splits);
+    CEDAR_CUDA_LAUNCHED("cuda::sparse_attention");
   }
-  dim3 grid((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)splits);
-  launch_kernel(kernel, grid, k_threads, smem, stream, p, hb, splits);
-  CEDAR_CUDA_LAUNCHED("cuda::sparse_attention");
   if (splits > 1 && !fold) {
     launch_kernel(sparse_attention_combine, dim3((unsigned)p.R, (unsigned)p.H), 128, sizeof(float) * (size_t)p.D, stream,
                   p, splits);

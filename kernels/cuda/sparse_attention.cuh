@@ -69,6 +69,15 @@ size_t sparse_attention_workspace_floats(const sparse_attention_params& p);
 // CEDAR_CUDA_ATTN="HB,TILES", which it overrides. Set it between steps, not during one.
 void set_sparse_attention_shape(int heads_per_block, int tiles_per_split);
 
+// Tests and diagnostics: which kernel the built-in rule may pick. 0: the fp32 kernel only;
+// 1: the tensor-core kernel (16 heads per block as MMA rows; head_dim 64, 128, 256 or 512)
+// where a step has 8 or more (row, 16-head group) blocks, i.e. prefill chunks and decode
+// batches of 8+ rows, with its keys split over blocks when the grid is still small; 2: the
+// tensor-core kernel wherever the head_dim
+// allows, splits included; −1: CEDAR_CUDA_ATTN_MMA's value (default 1). A forced shape
+// (set_sparse_attention_shape) always takes the fp32 kernel. Set it between steps.
+void set_sparse_attention_mma(int mode);
+
 // Launches on `stream`; checks the parameters (a clear error names the bad one) and the launch.
 status sparse_attention(const sparse_attention_params& p, cudaStream_t stream);
 

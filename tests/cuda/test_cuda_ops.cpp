@@ -50,9 +50,15 @@ struct attn_case {
 
 class cuda_sparse_attention : public ::testing::TestWithParam<attn_case> {};
 
-TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
-  CEDAR_REQUIRE_GPU();
-  const attn_case c = GetParam();
+// One shape against the double-precision reference with the kernel choice `mma_mode`
+// (set_sparse_attention_mma: 0 the fp32 kernel, 2 the tensor-core kernel where the head_dim
+// allows it, splits included; 1 the built-in rule).
+static void check_attention_case(const attn_case& c, int mma_mode) {
+  cu::set_sparse_attention_mma(mma_mode);
+  struct restore {
+    ~restore() { cu::set_sparse_attention_mma(-1); }
+  } restore_mode;
+  std::printf("[mma mode %d] ", mma_mode);
   std::mt19937 g(1000u + (unsigned)(c.R * 7 + c.H * 13 + c.D + c.W + c.E + c.K));
   const size_t wb = kc::fp8_swa_bytes(c.D), mb = kc::fp4_kv_bytes(c.D);
   // one window ring and one main array per row (rows of different sequences)
@@ -201,6 +207,14 @@ TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
   std::printf("R=%d H=%d D=%d W=%d E=%d K=%d: worst scaled error %.2e\n", c.R, c.H, c.D, c.W, c.E, c.K, worst);
 }
 
+TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
+  CEDAR_REQUIRE_GPU();
+  for (int mode : {0, 2, 1}) {
+    check_attention_case(GetParam(), mode);
+    if (HasFatalFailure()) return;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     shapes, cuda_sparse_attention,
     ::testing::Values(attn_case{1, 4, 64, 64, 0, 0},      // window only (SWA layer)
@@ -208,7 +222,11 @@ INSTANTIATE_TEST_SUITE_P(
                       attn_case{5, 1, 32, 8, 40, 16},
                       attn_case{2, 16, 128, 128, 1000, 128},
                       attn_case{2, 64, 512, 128, 3000, 512},  // official head_dim, window, top-k
-                      attn_case{4, 128, 512, 128, 600, 512}));
+                      attn_case{4, 128, 512, 128, 600, 512},
+                      attn_case{3, 16, 256, 128, 1500, 512},  // the 1.2 B benchmark config
+                      attn_case{2, 24, 128, 100, 300, 77},    // a partial 16-head group, odd tiles
+                      // rows enough for the built-in rule's tensor-core kernel without splits
+                      attn_case{140, 16, 128, 32, 200, 64}));
 
 TEST(cuda_sparse_attention_params, bad_parameters_are_named) {
   cu::sparse_attention_params p;

@@ -73,6 +73,17 @@ struct mma_off {
   ~mma_off() { cedar::kernels::cuda::set_qgemv_mma(true); }
 };
 
+// The sparse attention's fp32 kernel for a scope (its tensor-core kernel, the built-in choice for
+// steps of 8+ rows at 16 heads, sums q·k and p·v in bf16 hi + lo halves: ~1e-6 from the fp32
+// kernel, which the FP4 / FP8 caches can turn into a different code now and then). The tests of
+// the chunk, replay and hint logic compare the exact per-row arithmetic; test_cuda holds the
+// tensor-core kernel to the reference, and the prefill tests with the built-in choice (all_logits,
+// tensor_cores, the built-in shape) measure it end to end.
+struct attn_fp32 {
+  attn_fp32() { cedar::kernels::cuda::set_sparse_attention_mma(0); }
+  ~attn_fp32() { cedar::kernels::cuda::set_sparse_attention_mma(-1); }
+};
+
 // The sparse attention's launch shape fixed for a scope (one head per block, one key tile per
 // split, whatever the row count): by its built-in rule a batch or chunk of few rows splits the
 // keys over several blocks and a large one does not, which sums each row's softmax in another

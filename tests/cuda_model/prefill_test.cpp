@@ -37,10 +37,11 @@ namespace {
 // logits within 5e-2 of the reference (a flipped cache code carries over a long prompt). Then the same calls through the reference: the
 // CPU runner (cpu_calls of them, tolerance 2e-3 and the same argmax) and, for full_stack,
 // the GPU's own decode steps token by token (the path test_cuda_model checks against the
-// CPU step by step; tolerance 1e-5). Tensor cores off (mma_off).
+// CPU step by step; tolerance 1e-5). Tensor cores off (mma_off, attn_fp32) but in the built-in part.
 void check_chunks(const cm::engine& e, const std::vector<int>& parts, const std::vector<int>& chunks,
                   cm::prefill_mode mode, size_t cpu_calls, const char* what) {
   mma_off no_mma;
+  std::optional<attn_fp32> fp32_attn(std::in_place);
   std::optional<attn_fixed> fixed(std::in_place);
   const cm::model_config& c = e.config();
   const int V = c.vocab_size;
@@ -92,9 +93,11 @@ void check_chunks(const cm::engine& e, const std::vector<int>& parts, const std:
   std::printf("[%s] the CPU runner's prefill, first %zu calls: logits %.3g rel\n", what, std::min(cpu_calls, parts.size()),
               worst_cpu);
   EXPECT_LE(worst_cpu, 2e-3) << what;
-  // the attention's built-in launch shape (the key split depends on the row count): the same
-  // calls at every chunk size stay close to the fixed-shape reference, no more
+  // the attention's built-in launch shape and kernel choice (the key split depends on the row
+  // count; chunks of 8+ rows take the tensor-core kernel at 16 heads): the same calls at every
+  // chunk size stay close to the fixed-shape reference, no more
   fixed.reset();
+  fp32_attn.reset();
   for (int chunk : chunks) {
     auto gpu = gpu_with_chunk(e, chunk);
     ASSERT_TRUE(gpu);
@@ -113,6 +116,7 @@ void check_chunks(const cm::engine& e, const std::vector<int>& parts, const std:
     EXPECT_LE(worst, 5e-2) << what << " chunk " << chunk;
   }
   fixed.emplace();
+  fp32_attn.emplace();
   if (mode != cm::prefill_mode::full_stack) return;
   // the GPU's decode steps, token by token, over every call
   auto gpu = gpu_with_chunk(e, chunks[0]);

@@ -76,10 +76,12 @@ struct replay_case {
 // 1e-5), the rebuilt rings by value (compare_rings: ≤ 2% of the channels on another code, none
 // off by more than a quarter of the slot's largest value), the entries, pending rows
 // and n-gram history as restored (replay never rewrites them), the hints unchanged, and the
-// decode steps after it. Tensor cores off (the per-row arithmetic, see prefill_test.cpp).
+// decode steps after it. Tensor cores off (mma_off, attn_fp32: the per-row arithmetic, see
+// model_test_util.hpp).
 void check_replay(const cm::engine& e, const cm::sequence_snapshot& snap0, const replay_case& rc,
                   const std::vector<int>& chunks, const char* what) {
   mma_off no_mma;
+  attn_fp32 fp32_attn;
   const cm::model_config& c = e.config();
   const int V = c.vocab_size, steps = 5;
   cm::sequence_snapshot snap = snap0;
@@ -192,6 +194,7 @@ TEST(cuda_replay, gpu_steps_record_resume_hints) {
   auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   mma_off no_mma;
+  attn_fp32 fp32_attn;
   const cm::model_config& c = m.eng->config();
   const int V = c.vocab_size, K = c.index_topk, W = c.sliding_window;
   auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
