@@ -203,6 +203,17 @@ double copy_bandwidth() {
   return 2.0 * (double)n / (best * 1e-3);  // read + write
 }
 
+// The per-kernel table of --profile and --timeline: name -> (launches per step, µs per step),
+// largest first, with each kernel's share of `sum` and its µs per launch.
+void print_kernel_table(const std::map<std::string, std::pair<int, double>>& by, double sum) {
+  std::vector<std::pair<std::string, std::pair<int, double>>> rows(by.begin(), by.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  std::printf("    %-40s %8s %10s %6s %9s\n", "kernel", "launches", "us/step", "share", "us/launch");
+  for (const auto& [n, e] : rows)
+    std::printf("    %-40s %8d %10.1f %5.1f%% %9.2f\n", n.substr(0, 40).c_str(), e.first, e.second, 100 * e.second / sum,
+                e.second / e.first);
+}
+
 // --profile: every kernel of a step timed between two CUDA events on its stream. The steps are
 // launched op by op (no graph), without PDL and without the side streams, so each kernel runs
 // alone and the times add up to the step; a host callback holds the stream at the first launch
@@ -294,14 +305,9 @@ class event_profiler final : public kcu::launch_profiler {
       e.second += us_[i] / steps_;
       sum += us_[i] / steps_;
     }
-    std::vector<std::pair<std::string, std::pair<int, double>>> rows(by.begin(), by.end());
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
     std::printf("  profile %s: %zu launches per step, kernels %.1f us of a %.1f us step (op by op, no PDL, no graph)\n",
                 what.c_str(), fns_.size(), sum, span_us_ / steps_);
-    std::printf("    %-40s %8s %10s %6s %9s\n", "kernel", "launches", "us/step", "share", "us/launch");
-    for (const auto& [n, e] : rows)
-      std::printf("    %-40s %8d %10.1f %5.1f%% %9.2f\n", n.substr(0, 40).c_str(), e.first, e.second, 100 * e.second / sum,
-                  e.second / e.first);
+    print_kernel_table(by, sum);
     if (csv)
       for (size_t i = 0; i < fns_.size(); ++i)
         std::fprintf(csv, "%s,%zu,\"%s\",%u,%u,%.3f\n", what.c_str(), i, name_of(fns_[i]).c_str(), grids_[i].x * grids_[i].y * grids_[i].z,
@@ -398,14 +404,9 @@ class timeline_recorder final : public kcu::launch_profiler {
       auto& e = by[event_profiler::name_of(seq_[i].fn)];
       e.first += 1, e.second += us, sum += us;
     }
-    std::vector<std::pair<std::string, std::pair<int, double>>> rows(by.begin(), by.end());
-    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
     std::printf("  timeline %s: %zu launches per step, first to last kernel start %.1f us (graph, PDL, side streams)\n",
                 what.c_str(), seq_.size(), span_ / steps_);
-    std::printf("    %-40s %8s %10s %6s %9s\n", "kernel", "launches", "us/step", "share", "us/launch");
-    for (const auto& [n, e] : rows)
-      std::printf("    %-40s %8d %10.1f %5.1f%% %9.2f\n", n.substr(0, 40).c_str(), e.first, e.second, 100 * e.second / sum,
-                  e.second / e.first);
+    print_kernel_table(by, sum);
     if (csv)
       for (size_t i = 0; i < seq_.size(); ++i)
         std::fprintf(csv, "%s,%zu,\"%s\",%u,%u,%.3f\n", what.c_str(), i, event_profiler::name_of(seq_[i].fn).c_str(),
@@ -672,24 +673,19 @@ int main(int argc, char** argv) {
     setenv("CEDAR_CUDA_MHC_SIDE", "0", 1);
     setenv("CEDAR_CUDA_MOE_SIDE", "0", 1);
   }
-  FILE* pcsv = nullptr;
-  if (!profile_path.empty()) {
-    pcsv = std::fopen(profile_path.c_str(), "w");
-    if (!pcsv) {
-      std::fprintf(stderr, "bench_cuda_decode: --profile-csv: cannot write %s\n", profile_path.c_str());
-      return 2;
+  // a per-launch CSV (--profile-csv, --timeline): null without a path; exit 2 if unwritable
+  auto launch_csv = [](const std::string& path, const char* flag) -> FILE* {
+    if (path.empty()) return nullptr;
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_cuda_decode: %s: cannot write %s\n", flag, path.c_str());
+      std::exit(2);
     }
-    std::fprintf(pcsv, "config,position,kernel,blocks,threads,us\n");
-  }
-  FILE* tcsv = nullptr;
-  if (!timeline_path.empty()) {
-    tcsv = std::fopen(timeline_path.c_str(), "w");
-    if (!tcsv) {
-      std::fprintf(stderr, "bench_cuda_decode: --timeline: cannot write %s\n", timeline_path.c_str());
-      return 2;
-    }
-    std::fprintf(tcsv, "config,position,kernel,blocks,threads,us\n");
-  }
+    std::fprintf(f, "config,position,kernel,blocks,threads,us\n");
+    return f;
+  };
+  FILE* pcsv = launch_csv(profile_path, "--profile-csv");
+  FILE* tcsv = launch_csv(timeline_path, "--timeline");
   const double bw = copy_bandwidth();
   std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");

@@ -50,7 +50,42 @@ __device__ __forceinline__ float rope_channel(const sparse_attention_params& p, 
 }
 
 constexpr int k_max_splits = 64;
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int off = 16; off; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int off = 16; off; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// The online softmax's step for head h (one thread): the running max moves to m, the running
+// sum takes this tile's l = Σ exp(logit − m), and fac[h] gets the factor that rescales the
+// accumulators (0 before the first key: nothing accumulated yet).
+__device__ __forceinline__ void fold_running(int h, float m, float l, float* mrun, float* lrun, float* fac) {
+  const float f = mrun[h] == -INFINITY ? 0.0f : __expf(mrun[h] - m);
+  lrun[h] = lrun[h] * f + l;
+  mrun[h] = m;
+  fac[h] = f;
+}
 constexpr int k_fold_outputs = 4;  // outputs per thread and pass of a split fold
+
+// Row r's keys, in softmax order: nw window keys (oldest first, FP8 SWA entries of its ring)
+// then nc selected global entries (FP4 main KV).
+struct row_keys {
+  int nw, nc, n, ws;
+  const uint8_t* wk;
+  const uint8_t* mk;
+  size_t wbytes, mbytes;
+  __device__ row_keys(const sparse_attention_params& p, int r, int D)
+      : nw(p.wn[r]), nc(p.nsel ? p.nsel[r] : 0), n(nw + nc), ws(p.wstart[r]), wk(p.wkeys[r]),
+        mk(nc > 0 ? p.main[r] : nullptr), wbytes(fp8_swa_bytes(D)), mbytes(fp4_kv_bytes(D)) {}
+  // the packed entry of key j < n (a selected one: the only dependent load, sel -> entry)
+  __device__ const uint8_t* entry(const sparse_attention_params& p, int r, int j) const {
+    return j < nw ? wk + (size_t)((ws + j) % p.wcap) * wbytes : mk + (size_t)p.sel[(size_t)r * p.K + (j - nw)] * mbytes;
+  }
+};
 
 // Folds the splits' partial states of heads h0 .. h0 + nh of row r and the sinks into p.out, with
 // all the block's threads (an empty split has max −inf and contributes nothing), `cap` heads
@@ -204,13 +239,8 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
     mrun[h] = -INFINITY;
     lrun[h] = 0.0f;
   }
-  const int nw = p.wn[r];
-  const int nc = p.nsel ? p.nsel[r] : 0;
-  const int n = nw + nc;
-  const size_t wbytes = fp8_swa_bytes(D), mbytes = fp4_kv_bytes(D);
-  const uint8_t* wk = p.wkeys[r];
-  const uint8_t* mk = nc > 0 ? p.main[r] : nullptr;
-  const int ws = p.wstart[r];
+  const row_keys rk(p, r, D);
+  const int n = rk.n;
   const int words8 = D / 4;  // 4-byte words of an fp8 entry's codes (an fp4 entry has half)
   __shared__ const uint8_t* tkey[k_tile];
   __shared__ bool tfp4[k_tile];
@@ -228,9 +258,8 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
     // an fp4 word = 8 channels under one E4M3 scale).
     if ((int)threadIdx.x < nt) {
       const int j = t0 + (int)threadIdx.x;
-      tkey[threadIdx.x] = j < nw ? wk + (size_t)((ws + j) % p.wcap) * wbytes
-                                 : mk + (size_t)p.sel[(size_t)r * p.K + (j - nw)] * mbytes;
-      tfp4[threadIdx.x] = j >= nw;
+      tkey[threadIdx.x] = rk.entry(p, r, j);
+      tfp4[threadIdx.x] = j >= rk.nw;
     }
     __syncthreads();
     // (k_unroll words per thread are loaded before any is decoded: independent loads in
@@ -289,20 +318,12 @@ __global__ void sparse_attention_kernel(sparse_attention_params p, int hb, int s
       const int lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
       for (int h = threadIdx.x >> 5; h < nh; h += nwarps) {
         const float lg = lane < nt ? ps[h * k_tile + lane] : -INFINITY;
-        float m = lg;
-        for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        m = fmaxf(m, mrun[h]);
+        const float m = fmaxf(warp_max(lg), mrun[h]);
         const float e = lane < nt ? __expf(lg - m) : 0.0f;
-        float l = e;
-        for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+        const float l = warp_sum(e);
         if (lane < nt) ps[h * k_tile + lane] = e;
         __syncwarp();
-        if (lane == 0) {
-          const float f = mrun[h] == -INFINITY ? 0.0f : __expf(mrun[h] - m);
-          lrun[h] = lrun[h] * f + l;
-          mrun[h] = m;
-          fac[h] = f;
-        }
+        if (lane == 0) fold_running(h, m, l, mrun, lrun, fac);
       }
     }
     __syncthreads();
@@ -414,13 +435,8 @@ __global__ void __launch_bounds__(k_mma_threads) sparse_attention_mma_kernel(spa
     split_bf16(v, qhi[h * RS + c], qlo[h * RS + c]);
   }
   if (tid < k_mma_heads) mrun[tid] = -INFINITY, lrun[tid] = 0.0f;
-  const int nw = p.wn[r];
-  const int nc = p.nsel ? p.nsel[r] : 0;
-  const int n = nw + nc;
-  const size_t wbytes = fp8_swa_bytes(D), mbytes = fp4_kv_bytes(D);
-  const uint8_t* wk = p.wkeys[r];
-  const uint8_t* mk = nc > 0 ? p.main[r] : nullptr;
-  const int ws = p.wstart[r];
+  const row_keys rk(p, r, D);
+  const int n = rk.n;
   constexpr int units = D / 8;  // 8-channel units of a key
 
   float o[NO][4];
@@ -433,8 +449,8 @@ __global__ void __launch_bounds__(k_mma_threads) sparse_attention_mma_kernel(spa
     const int nt = min(k_mma_keys, k_end - t0);
     if (tid < nt) {  // the tile's entry pointers: the only dependent load (sel -> entry)
       const int j = t0 + tid;
-      tkey[tid] = j < nw ? wk + (size_t)((ws + j) % p.wcap) * wbytes : mk + (size_t)p.sel[(size_t)r * p.K + (j - nw)] * mbytes;
-      tfp4[tid] = j >= nw;
+      tkey[tid] = rk.entry(p, r, j);
+      tfp4[tid] = j >= rk.nw;
     }
     __syncthreads();
     // dequantise [64, D] as bf16: a thread per 8 channels of a key (an fp8 unit: 8 codes under
@@ -500,21 +516,13 @@ __global__ void __launch_bounds__(k_mma_threads) sparse_attention_mma_kernel(spa
     for (int hh = 0; hh < 2; ++hh) {
       const int h = 2 * warp + hh;
       const float l0 = ss[h * k_s_stride + lane], l1 = ss[h * k_s_stride + lane + 32];
-      float m = fmaxf(l0, l1);
-      for (int off = 16; off; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-      m = fmaxf(m, mrun[h]);
+      const float m = fmaxf(warp_max(fmaxf(l0, l1)), mrun[h]);
       const float e0 = __expf(l0 - m), e1 = __expf(l1 - m);
-      float l = e0 + e1;
-      for (int off = 16; off; off >>= 1) l += __shfl_xor_sync(0xffffffffu, l, off);
+      const float l = warp_sum(e0 + e1);
       split_bf16(e0, phi[h * k_p_stride + lane], plo[h * k_p_stride + lane]);
       split_bf16(e1, phi[h * k_p_stride + lane + 32], plo[h * k_p_stride + lane + 32]);
       __syncwarp();
-      if (lane == 0) {
-        const float f = mrun[h] == -INFINITY ? 0.0f : __expf(mrun[h] - m);
-        lrun[h] = lrun[h] * f + l;
-        mrun[h] = m;
-        fac[h] = f;
-      }
+      if (lane == 0) fold_running(h, m, l, mrun, lrun, fac);
     }
     __syncthreads();
     // O = O · f + P · V over this warp's channels
