@@ -236,7 +236,9 @@ class cuda_backend final : public backend {
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
-    if (const char* v = std::getenv("CEDAR_CUDA_DEFER_NORM")) defer_norm_ = std::string(v) == "1";
+    int defer = 0;  // a value that is not a whole number: a warning naming it, off
+    env_int("CEDAR_CUDA_DEFER_NORM", 0, defer);
+    defer_norm_ = defer != 0;
     env_int("CEDAR_CUDA_PREFILL_CHUNK", 1, prefill_chunk_);
     chunk_experts_forced_ = env_int("CEDAR_CUDA_CHUNK_EXPERTS", 0, chunk_experts_min_);
   }
@@ -348,9 +350,9 @@ class cuda_backend final : public backend {
   // expand) adds them
   // (CEDAR_CUDA_MOE_SIDE=0: in line)
   bool moe_side_ = true;
-  // CEDAR_CUDA_DEFER_NORM=1 (experimental, off by default): at decode sizes the mHC site has no
-  // last block and the projections fold the collapsed rows' RMSNorm factor into their own pass
-  // over x. Measured on an H200 (8K context): 1.2 B batch 1 1.13 vs 1.18 ms per step, the
+  // CEDAR_CUDA_DEFER_NORM=1 (experimental, off by default; any whole number but 0 turns it on):
+  // at decode sizes the mHC site has no last block and the projections fold the collapsed rows'
+  // RMSNorm factor into their own pass over x. Measured on an H200 (8K context): 1.2 B batch 1 1.13 vs 1.18 ms per step, the
   // shipped model 0.585 vs 0.63. Off because its rounding (Σ W·(x·w), then · inv) differs in
   // the last bits from the chunk path's ((x · inv) · w), so decode steps no longer reproduce
   // a prefill of the same tokens to 1e-5 (the FP4/FP8 caches turn the difference into other
