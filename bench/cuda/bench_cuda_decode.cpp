@@ -616,7 +616,9 @@ int main(int argc, char** argv) {
           "--timeline FILE: the decode steps as they run (graph, PDL, side streams): each kernel's\n"
           "start recorded on the device, its cost on the critical path = the gap to the next start;\n"
           "a table per kernel and one CSV row per launch (config, position, kernel, blocks, threads,\n"
-          "us). Needs a build with -DCEDAR_CUDA_TIMELINE=ON (kernels record only in that build).\n");
+          "us). Needs a build with -DCEDAR_CUDA_TIMELINE=ON (kernels record only in that build).\n"
+          "The ms per step of a --timeline run include the host's reading of the records between\n"
+          "steps (device ms per step do not).\n");
       return 0;
     } else if (a == "--models") {
       models = val("--models");

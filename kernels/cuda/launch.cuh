@@ -96,25 +96,41 @@ __device__ __forceinline__ void pdl_prefetch_entry(F&& prefetch) {
 bool pdl_enabled();
 void set_pdl(bool on);
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute. Errors surface through
-// cudaGetLastError (CEDAR_CUDA_LAUNCHED) like a <<<>>> launch's.
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute, and in thread block
+// clusters of *cluster blocks when given (the grid a multiple of it in every dimension; sm_90).
+// Errors surface through cudaGetLastError (CEDAR_CUDA_LAUNCHED) like a <<<>>> launch's.
 template <class... P, class... A>
-cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
-  cudaLaunchAttribute attr[1];
+cudaError_t launch_kernel_in(void (*kernel)(P...), dim3 grid, const dim3* cluster, dim3 block, size_t smem,
+                             cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  if (cluster) {
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = cluster->x;
+    attr[1].val.clusterDim.y = cluster->y;
+    attr[1].val.clusterDim.z = cluster->z;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster ? 2 : 1;
   launch_profiler* prof = profiler();
   if (prof) prof->before((const void*)kernel, grid, block, stream);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
   if (prof) prof->after((const void*)kernel, stream);
   return err;
 }
-
+template <class... P, class... A>
+cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  return launch_kernel_in(kernel, grid, nullptr, block, smem, stream, std::forward<A>(args)...);
+}
+template <class... P, class... A>
+cudaError_t launch_kernel_cluster(void (*kernel)(P...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
+                                  cudaStream_t stream, A&&... args) {
+  return launch_kernel_in(kernel, grid, &cluster, block, smem, stream, std::forward<A>(args)...);
+}
 }  // namespace cedar::kernels::cuda

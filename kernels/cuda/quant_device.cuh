@@ -17,6 +17,13 @@ __host__ __device__ inline size_t fp4_kv_bytes(int n) { return (size_t)n / 2 + (
 __host__ __device__ inline size_t fp4_index_bytes(int n) { return (size_t)n / 2 + (size_t)n / 32; }
 __host__ __device__ inline size_t fp8_swa_bytes(int n) { return (size_t)n + (size_t)n / 32; }
 
+// 4 bytes of a packed entry from any address, little-endian: one load when aligned, else byte
+// loads (entries of some sizes start at odd addresses).
+__device__ __forceinline__ uint32_t load4(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return __ldg(reinterpret_cast<const uint32_t*>(p));
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 __device__ inline float e2m1_value(uint32_t code) {
   // {0, .5, 1, 1.5, 2, 3, 4, 6}, sign in bit 3
   // magnitude ×2 = {0, 1, 2, 3, 4, 6, 8, 12}: 4 bits per entry of one 32-bit constant

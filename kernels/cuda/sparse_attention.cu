@@ -14,6 +14,7 @@
 #include "kernels/cuda/quant_device.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -30,12 +31,7 @@ constexpr int k_threads = 256;
 constexpr int k_tile = 32;  // keys per tile
 constexpr int k_unroll = 8;  // packed words each thread loads before decoding
 
-// 4 bytes from any address: one load when aligned (D a multiple of 128 makes every entry
-// start aligned), else byte loads.
-__device__ __forceinline__ uint32_t load4(const uint8_t* p) {
-  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return __ldg(reinterpret_cast<const uint32_t*>(p));
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
+// (load4: quant_device.cuh; D a multiple of 128 makes every entry start aligned)
 
 // RoPE of channel c of a D-vector, by row r's angles (rope_rows' formula and rounding; sg −1:
 // the inverse). `at(j)` reads channel j of the same vector.
@@ -562,6 +558,217 @@ __global__ void __launch_bounds__(k_mma_threads) sparse_attention_mma_kernel(spa
   finish_block<kFold>(p, r, h0, nh, split, splits, acc, mrun, lrun, k_mma_heads, reinterpret_cast<float*>(qhi), ss, fac);
 }
 
+// ---- cluster path: decode steps of few rows ---------------------------------------------------
+// One cluster of S blocks per (row, group of HB heads). A row's keys are numbered by slot: window
+// slots [0, tw) (slot j: window key j, if j < wn) then selected slots [0, tk) (slot j: entry
+// sel[j], if j < nsel); tw and tk are bounds the host knows (wcap, K, max_keys), so every entry
+// pointer follows from loads issued at once (row metadata and sel) — no chain beyond sel -> entry.
+// Block s of the cluster takes slots s, s + S, s + 2S, ... (window and selected keys mixed, so no
+// block idles early in a sequence). Lane l of a warp holds channels [l·CPL, l·CPL + CPL) of q (its
+// HB heads, rotated as read), of a key (dequantised in registers: the warp reads an entry with one
+// coalesced load per lane) and of the accumulators; each warp runs its own online softmax over
+// its keys, the block's warps are folded through shared memory, and the cluster's blocks through
+// distributed shared memory: block s folds channels [s·D/S, (s + 1)·D/S) of every head over the S
+// blocks, adds the sink and writes them (inverse RoPE on the way out). No workspace, no atomics,
+// no second pass over global memory: at batch 1 the split fold of the other kernels (partials to
+// global memory, a fence, a counter, the last block reading them back) was most of a launch.
+constexpr int k_cl_threads = 128;
+constexpr int k_cl_warps = k_cl_threads / 32;
+constexpr int k_cl_batch = 4;        // keys a warp loads before it computes
+constexpr int k_cl_max_hb_cpl = 64;  // HB × CPL: q and the accumulators stay in registers
+constexpr int k_cl_max_size = 8;     // blocks per cluster (the portable maximum)
+
+// shared memory of the cluster kernel: warp partials [warps][HB][D] + their max and sum
+// [warps][HB] ×2, the block's [HB][D] + [HB] ×2 (read by the other blocks), then ns entry pointers
+__host__ __device__ constexpr size_t cl_floats(int D, int hb) {
+  return (size_t)k_cl_warps * hb * D + 2 * (size_t)k_cl_warps * hb + (size_t)hb * D + 2 * (size_t)hb;
+}
+__host__ __device__ constexpr size_t cl_smem_bytes(int D, int hb, int ns) {
+  return sizeof(float) * cl_floats(D, hb) + sizeof(const uint8_t*) * (size_t)ns;
+}
+
+// The packed codes of lane `lane`'s CPL channels of an entry and the byte of their scale (an fp8
+// entry: one UE8M0 scale per 32 channels; an fp4 entry: one E4M3 scale per 16; CPL divides both).
+template <int CPL>
+struct lane_codes {
+  static constexpr int kWords = CPL >= 4 ? CPL / 4 : 1;
+  uint32_t w[kWords];
+  uint32_t sb;
+  __device__ void load(const uint8_t* e, bool fp8, int lane) {
+    constexpr int D = 32 * CPL;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) w[k] = 0;
+    if (fp8) {
+      const uint8_t* a = e + lane * CPL;
+      if constexpr (CPL >= 4) {
+#pragma unroll
+        for (int k = 0; k < CPL / 4; ++k) w[k] = load4(a + 4 * k);
+      } else if constexpr (CPL == 2) {
+        w[0] = (uint32_t)a[0] | (uint32_t)a[1] << 8;
+      } else {
+        w[0] = a[0];
+      }
+      sb = e[D + lane * CPL / 32];
+    } else {
+      const uint8_t* a = e + lane * CPL / 2;
+      if constexpr (CPL >= 8) {
+#pragma unroll
+        for (int k = 0; k < CPL / 8; ++k) w[k] = load4(a + 4 * k);
+      } else if constexpr (CPL == 4) {
+        w[0] = (uint32_t)a[0] | (uint32_t)a[1] << 8;
+      } else if constexpr (CPL == 2) {
+        w[0] = a[0];
+      } else {
+        w[0] = (uint32_t)a[0] >> (4 * (lane & 1));  // one channel: this lane's nibble
+      }
+      sb = e[D / 2 + lane * CPL / 16];
+    }
+  }
+  // channel i of the lane's CPL, dequantised (exact: code × scale)
+  __device__ void decode(bool fp8, float (&k)[CPL]) const {
+    if (fp8) {
+      const float sc = ue8m0_value(sb);
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) k[i] = e4m3_value((w[i >> 2] >> (8 * (i & 3))) & 0xFFu) * sc;
+    } else {
+      const float sc = e4m3_value(sb);
+#pragma unroll
+      for (int i = 0; i < CPL; ++i) k[i] = e2m1_value((w[i >> 3] >> (4 * (i & 7))) & 15u) * sc;
+    }
+  }
+};
+
+// grid (R, ceil(H / HB), S) in clusters of (1, 1, S); tw, tk: the slot bounds; ns: slots per block
+template <int CPL, int HB>
+__global__ void __launch_bounds__(k_cl_threads) sparse_attention_cluster_kernel(sparse_attention_params p, int tw, int tk,
+                                                                                int ns) {
+  pdl_entry();
+  namespace cg = cooperative_groups;
+  constexpr int D = 32 * CPL;
+  cg::cluster_group cl = cg::this_cluster();
+  const int S = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* wacc = reinterpret_cast<float*>(smem_raw);  // [warps][HB][D]
+  float* wm = wacc + k_cl_warps * HB * D;            // [warps][HB]
+  float* wl = wm + k_cl_warps * HB;                  // [warps][HB]
+  float* bacc = wl + k_cl_warps * HB;                // [HB][D] this block's (read by the cluster)
+  float* bm = bacc + HB * D;                         // [HB]
+  float* bl = bm + HB;                               // [HB]
+  const uint8_t** tkey = reinterpret_cast<const uint8_t**>(bl + HB);  // [ns]; null: no key in the slot
+
+  const int r = blockIdx.x, h0 = blockIdx.y * HB, nh = min(HB, p.H - h0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // the block's entry pointers (row metadata and sel are independent loads)
+  {
+    const int nw = p.wn[r], ws = p.wstart[r], nc = p.nsel ? p.nsel[r] : 0;
+    const uint8_t* wk = p.wkeys[r];
+    const size_t wbytes = fp8_swa_bytes(D), mbytes = fp4_kv_bytes(D);
+    for (int i = threadIdx.x; i < ns; i += blockDim.x) {
+      const int t = rank + S * i;
+      const uint8_t* e = nullptr;
+      if (t < tw) {
+        if (t < nw) e = wk + (size_t)((ws + t) % p.wcap) * wbytes;
+      } else if (t - tw < tk) {
+        const int j = t - tw;
+        const int32_t id = p.sel[(size_t)r * p.K + j];
+        if (j < nc) e = p.main[r] + (size_t)id * mbytes;
+      }
+      tkey[i] = e;
+    }
+  }
+  float qr[HB][CPL], acc[HB][CPL], m[HB], l[HB];
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+    const float* qv = p.q + ((size_t)r * p.H + h0 + min(h, nh - 1)) * D;
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) {
+      qr[h][i] = h < nh ? rope_channel(p, r, D, lane * CPL + i, 1.0f, [&](int j) { return qv[j]; }) : 0.0f;
+      acc[h][i] = 0.0f;
+    }
+    m[h] = -INFINITY, l[h] = 0.0f;
+  }
+  __syncthreads();
+  // this warp's slots: warp, warp + warps, ...; k_cl_batch keys' codes in flight at once
+  for (int i0 = warp; i0 < ns; i0 += k_cl_warps * k_cl_batch) {
+    lane_codes<CPL> kc[k_cl_batch];
+    const uint8_t* e[k_cl_batch];
+#pragma unroll
+    for (int b = 0; b < k_cl_batch; ++b) {
+      const int i = i0 + b * k_cl_warps;
+      e[b] = i < ns ? tkey[i] : nullptr;
+      if (e[b]) kc[b].load(e[b], rank + S * i < tw, lane);
+    }
+#pragma unroll
+    for (int b = 0; b < k_cl_batch; ++b) {
+      if (!e[b]) continue;  // warp-uniform
+      float k[CPL];
+      kc[b].decode(rank + S * (i0 + b * k_cl_warps) < tw, k);
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) d = fmaf(qr[h][i], k[i], d);
+        const float s = warp_sum(d) * p.scale;  // the same value in every lane
+        const float mn = fmaxf(m[h], s);
+        const float f = __expf(m[h] - mn), pe = __expf(s - mn);  // f = 0 before the first key
+        l[h] = l[h] * f + pe;
+        m[h] = mn;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) acc[h][i] = fmaf(pe, k[i], acc[h][i] * f);
+      }
+    }
+  }
+  // the warps' states -> the block's
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+#pragma unroll
+    for (int i = 0; i < CPL; ++i) wacc[(warp * HB + h) * D + lane * CPL + i] = acc[h][i];
+    if (lane == 0) wm[warp * HB + h] = m[h], wl[warp * HB + h] = l[h];
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < HB * D; x += blockDim.x) {
+    const int h = x / D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < k_cl_warps; ++w) mx = fmaxf(mx, wm[w * HB + h]);
+    float a = 0.0f, s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < k_cl_warps; ++w) {
+      const float wt = wm[w * HB + h] == -INFINITY ? 0.0f : __expf(wm[w * HB + h] - mx);
+      a += wacc[(w * HB) * D + x] * wt;
+      s += wl[w * HB + h] * wt;
+    }
+    bacc[x] = a;
+    if (x - h * D == 0) bm[h] = mx, bl[h] = s;
+  }
+  cl.sync();  // every block's state is complete and visible to the cluster
+  // this block's channels [c0, c0 + cw) of every head, over the cluster's blocks and the sink;
+  // the values before the inverse RoPE go to fo (the warp partials' memory, free now)
+  const int cw = D / S, c0 = rank * cw;
+  float* fo = wacc;  // [HB][cw]
+  for (int x = threadIdx.x; x < nh * cw; x += blockDim.x) {
+    const int h = x / cw, c = c0 + (x - h * cw);
+    const float sink = p.sink[h0 + h];
+    float mx = sink;
+    for (int q = 0; q < S; ++q) mx = fmaxf(mx, *cl.map_shared_rank(bm + h, q));
+    float a = 0.0f, den = __expf(sink - mx);
+    for (int q = 0; q < S; ++q) {
+      const float mq = *cl.map_shared_rank(bm + h, q);
+      const float wt = mq == -INFINITY ? 0.0f : __expf(mq - mx);
+      a += *cl.map_shared_rank(bacc + h * D + c, q) * wt;
+      den += *cl.map_shared_rank(bl + h, q) * wt;
+    }
+    fo[x] = a / den;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < nh * cw; x += blockDim.x) {
+    const int h = x / cw, c = c0 + (x - h * cw);
+    const float* fh = fo + h * cw - c0;  // fh[j]: channel j of head h (j in [c0, c0 + cw))
+    p.out[((size_t)r * p.H + h0 + h) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int j) { return fh[j]; });
+  }
+  cl.sync();  // no block leaves while another may still read its shared memory
+}
+
 // One block per (row, head): the splits' fold when no `done` counters are given.
 __global__ void sparse_attention_combine(sparse_attention_params p, int splits) {
   pdl_entry();
@@ -571,10 +778,32 @@ __global__ void sparse_attention_combine(sparse_attention_params p, int splits) 
   combine_heads(p, splits, blockIdx.x, blockIdx.y, 1, 1, orow, wsplit, &s_den);
 }
 
+// The cluster kernel of CPL channels per lane and hb heads per block (1, 2 or 4).
+using cl_kernel_t = void (*)(sparse_attention_params, int, int, int);
+template <int CPL>
+cl_kernel_t cl_kernel_of(int hb) {
+  if constexpr (CPL * 4 <= k_cl_max_hb_cpl) {
+    if (hb >= 4) return sparse_attention_cluster_kernel<CPL, 4>;
+  }
+  if (hb == 2) return sparse_attention_cluster_kernel<CPL, 2>;
+  return sparse_attention_cluster_kernel<CPL, 1>;
+}
+cl_kernel_t cl_kernel(int cpl, int hb) {
+  switch (cpl) {
+    case 1: return cl_kernel_of<1>(hb);
+    case 2: return cl_kernel_of<2>(hb);
+    case 4: return cl_kernel_of<4>(hb);
+    case 8: return cl_kernel_of<8>(hb);
+    default: return cl_kernel_of<16>(hb);
+  }
+}
+
 // Heads per block, splits over the keys and the workspace they need.
 struct launch_shape {
   int hb = -1, splits = 1;
   bool mma = false;  // the tensor-core kernel (hb = k_mma_heads, tiles of k_mma_keys)
+  int cluster = 0;   // > 0: the cluster kernel, `splits` blocks per cluster = (row, head group)
+  int tw = 0, tk = 0, ns = 0;  // the cluster kernel's window and selected slot bounds, slots per block
   size_t workspace_floats = 0;
 };
 
@@ -598,28 +827,44 @@ int split_count(int64_t blocks, int64_t want, int max_tiles) {
 // blocks, each dequantising one key tile).
 constexpr int64_t k_mma_min_blocks = 8;
 
+// A whole-number setting from the environment in [lo, hi], read by the caller once; unset or
+// empty -> dflt; anything else -> a warning naming it, dflt.
+int env_choice(const char* name, int lo, int hi, int dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  const long m = std::strtol(v, &end, 10);
+  if (*end || m < lo || m > hi) {
+    std::fprintf(stderr, "cedar: %s=%s is not a whole number in [%d, %d]; using %d\n", name, v, lo, hi, dflt);
+    return dflt;
+  }
+  return (int)m;
+}
+
 int mma_mode() {
-  // CEDAR_CUDA_ATTN_MMA (read once): 0 the fp32 kernel only; 1 (default) the tensor-core
-  // kernel from k_mma_min_blocks (row, 16-head group) blocks (prefill chunks, decode batches of
-  // 8+ rows at 16 heads); 2 wherever the head_dim allows (splits included)
-  static const int env = [] {
-    const char* v = std::getenv("CEDAR_CUDA_ATTN_MMA");
-    if (!v || !*v) return 1;
-    char* end = nullptr;
-    const long m = std::strtol(v, &end, 10);
-    if (*end || m < 0 || m > 2) {
-      std::fprintf(stderr, "cedar: CEDAR_CUDA_ATTN_MMA=%s is not 0, 1 or 2; using 1\n", v);
-      return 1;
-    }
-    return (int)m;
-  }();
+  // CEDAR_CUDA_ATTN_MMA (read once): 0 the fp32 kernel only; 1 (default) the built-in rule: the
+  // tensor-core kernel from k_mma_min_blocks (row, 16-head group) blocks (prefill chunks, decode
+  // batches of 8+ rows at 16 heads), the cluster kernel below that; 2 the tensor-core kernel
+  // wherever the head_dim allows (splits included); 3 the cluster kernel wherever it allows
+  static const int env = env_choice("CEDAR_CUDA_ATTN_MMA", 0, 3, 1);
   const int t = g_mma_mode.load();
   return t >= 0 ? t : env;
 }
 
+// CEDAR_CUDA_ATTN_CLUSTER=0 (read once) keeps the built-in rule off the cluster kernel (A/B runs)
+bool cluster_rule_on() {
+  static const bool on = env_choice("CEDAR_CUDA_ATTN_CLUSTER", 0, 1, 1) != 0;
+  return on;
+}
+
+// The cluster kernel's head_dims: 32 · CPL channels, CPL a power of two up to 16.
+bool cluster_head_dim(int D) { return D % 32 == 0 && D / 32 <= 16 && ((D / 32) & (D / 32 - 1)) == 0; }
+
 bool mma_head_dim(int D) { return D == 64 || D == 128 || D == 256 || D == 512; }
 
-launch_shape shape_of(const sparse_attention_params& p) {
+// allow_cluster false: the shape the other kernels would take (the workspace is sized by it, so
+// a caller keeps the split path when a test or a setting turns the cluster kernel off)
+launch_shape shape_of(const sparse_attention_params& p, bool allow_cluster = true) {
   static int sms = 0;  // kept for the first device a process uses (the executor drives one)
   if (!sms) {
     int dev = 0;
@@ -639,8 +884,26 @@ launch_shape shape_of(const sparse_attention_params& p) {
   const bool is_forced = forced.first > 0 && forced.second > 0;
   const int64_t want = 2 * (int64_t)sms;
   const int mode = is_forced ? 0 : mma_mode();
-  if (mode > 0 && mma_head_dim(p.D)) {
-    const int64_t blocks = (int64_t)p.R * ((p.H + k_mma_heads - 1) / k_mma_heads);
+  const int64_t groups16 = (int64_t)p.R * ((p.H + k_mma_heads - 1) / k_mma_heads);
+  if (allow_cluster && cluster_head_dim(p.D) && (mode == 3 || (mode == 1 && groups16 < k_mma_min_blocks && cluster_rule_on()))) {
+    // one block per multiprocessor or so: clusters of 8 over one head each, more heads per block
+    // and then smaller clusters while the grid is larger than that
+    const int cpl = p.D / 32;
+    int hb = 1, S = k_cl_max_size;
+    auto nblocks = [&] { return (int64_t)p.R * ((p.H + hb - 1) / hb) * S; };
+    while (nblocks() > sms && hb < 4 && hb < p.H && 2 * hb * cpl <= k_cl_max_hb_cpl) hb *= 2;
+    while (nblocks() > 4 * sms && S > 2) S /= 2;  // (clusters of 8 up to 4 blocks per SM: a row sums the same way at batch 1..7)
+    ls.hb = hb;
+    ls.splits = S;
+    ls.cluster = S;
+    ls.tw = p.max_keys > 0 ? std::min(p.wcap, p.max_keys) : p.wcap;
+    ls.tk = p.nsel ? (p.max_keys > 0 ? std::min(p.K, p.max_keys) : p.K) : 0;
+    ls.ns = (ls.tw + ls.tk + S - 1) / S;
+    if (cl_smem_bytes(p.D, hb, ls.ns) <= 160 * 1024) return ls;  // else (huge windows) the other kernels
+    ls = launch_shape{};
+  }
+  if ((mode == 1 || mode == 2) && mma_head_dim(p.D)) {
+    const int64_t blocks = groups16;
     if (mode == 2 || blocks >= k_mma_min_blocks) {
       ls.mma = true;
       ls.hb = k_mma_heads;
@@ -679,7 +942,7 @@ launch_shape shape_of(const sparse_attention_params& p) {
 
 }  // namespace
 
-void set_sparse_attention_mma(int mode) { g_mma_mode = mode >= 0 && mode <= 2 ? mode : -1; }
+void set_sparse_attention_mma(int mode) { g_mma_mode = mode >= 0 && mode <= 3 ? mode : -1; }
 
 void set_sparse_attention_shape(int heads_per_block, int tiles_per_split) {
   const bool on = heads_per_block > 0 && tiles_per_split > 0;
@@ -688,7 +951,7 @@ void set_sparse_attention_shape(int heads_per_block, int tiles_per_split) {
 }
 
 size_t sparse_attention_workspace_floats(const sparse_attention_params& p) {
-  return p.R > 0 && p.H > 0 && p.D > 0 ? shape_of(p).workspace_floats : 0;
+  return p.R > 0 && p.H > 0 && p.D > 0 ? shape_of(p, false).workspace_floats : 0;
 }
 
 status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
@@ -721,6 +984,20 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
     done = smem;
     return {};
   };
+  if (ls.cluster > 0) {
+    const size_t smem = cl_smem_bytes(p.D, hb, ls.ns);
+    const cl_kernel_t kernel = cl_kernel(p.D / 32, hb);
+    static size_t smem_optin[5][3] = {};  // [log2 CPL][log2 HB]
+    int lc = 0, lh = 0;
+    while ((1 << lc) < p.D / 32) ++lc;
+    while ((1 << lh) < hb) ++lh;
+    if (!smem_optin[lc][lh]) smem_optin[lc][lh] = 48 * 1024;
+    CEDAR_TRY(optin(reinterpret_cast<const void*>(kernel), smem, smem_optin[lc][lh]));
+    launch_kernel_cluster(kernel, dim3((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)ls.cluster),
+                          dim3(1, 1, (unsigned)ls.cluster), k_cl_threads, smem, stream, p, ls.tw, ls.tk, ls.ns);
+    CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (cluster)");
+    return {};
+  }
   if (ls.mma) {
     const size_t smem = mma_smem_bytes(p.D);
     const int no = p.D / 64;

@@ -51,6 +51,8 @@ struct sparse_attention_params {
   // optional split of the keys over several blocks (decode batches of few rows): max_keys
   // bounds wn[r] + nsel[r]; a workspace of sparse_attention_workspace_floats(p) floats
   // (device) enables it. Without one (or a smaller one) each block takes all of a row's keys.
+  // (The cluster kernel, the built-in choice for steps of few rows, splits the keys over the
+  // blocks of a cluster and needs no workspace; max_keys, when given, bounds its key slots.)
   int max_keys = 0;
   float* workspace = nullptr;
   size_t workspace_floats = 0;
@@ -70,11 +72,13 @@ size_t sparse_attention_workspace_floats(const sparse_attention_params& p);
 void set_sparse_attention_shape(int heads_per_block, int tiles_per_split);
 
 // Tests and diagnostics: which kernel the built-in rule may pick. 0: the fp32 kernel only;
-// 1: the tensor-core kernel (16 heads per block as MMA rows; head_dim 64, 128, 256 or 512)
-// where a step has 8 or more (row, 16-head group) blocks, i.e. prefill chunks and decode
-// batches of 8+ rows, with its keys split over blocks when the grid is still small; 2: the
-// tensor-core kernel wherever the head_dim
-// allows, splits included; −1: CEDAR_CUDA_ATTN_MMA's value (default 1). A forced shape
+// 1: the built-in rule: the tensor-core kernel (16 heads per block as MMA rows; head_dim 64,
+// 128, 256 or 512) where a step has 8 or more (row, 16-head group) blocks, i.e. prefill chunks
+// and decode batches of 8+ rows, with its keys split over blocks when the grid is still small;
+// below that the cluster kernel (head_dim 32 · 2^k up to 512: clusters of blocks over a row's
+// keys, folded in distributed shared memory; CEDAR_CUDA_ATTN_CLUSTER=0 leaves it out); 2: the
+// tensor-core kernel wherever the head_dim allows, splits included; 3: the cluster kernel
+// wherever the head_dim allows; −1: CEDAR_CUDA_ATTN_MMA's value (default 1). A forced shape
 // (set_sparse_attention_shape) always takes the fp32 kernel. Set it between steps.
 void set_sparse_attention_mma(int mode);
 

@@ -52,7 +52,7 @@ class cuda_sparse_attention : public ::testing::TestWithParam<attn_case> {};
 
 // One shape against the double-precision reference with the kernel choice `mma_mode`
 // (set_sparse_attention_mma: 0 the fp32 kernel, 2 the tensor-core kernel where the head_dim
-// allows it, splits included; 1 the built-in rule).
+// allows it, splits included; 3 the cluster kernel wherever it applies; 1 the built-in rule).
 static void check_attention_case(const attn_case& c, int mma_mode) {
   cu::set_sparse_attention_mma(mma_mode);
   struct restore {
@@ -209,7 +209,7 @@ static void check_attention_case(const attn_case& c, int mma_mode) {
 
 TEST_P(cuda_sparse_attention, matches_the_cpu_reference) {
   CEDAR_REQUIRE_GPU();
-  for (int mode : {0, 2, 1}) {
+  for (int mode : {0, 2, 3, 1}) {
     check_attention_case(GetParam(), mode);
     if (HasFatalFailure()) return;
   }
@@ -224,6 +224,11 @@ INSTANTIATE_TEST_SUITE_P(
                       attn_case{2, 64, 512, 128, 3000, 512},  // official head_dim, window, top-k
                       attn_case{4, 128, 512, 128, 600, 512},
                       attn_case{3, 16, 256, 128, 1500, 512},  // the 1.2 B benchmark config
+                      // batch 1 (the built-in rule's cluster kernel): the 1.2 B config, the
+                      // default model's shape, a head_dim of 96 (no cluster kernel: fp32)
+                      attn_case{1, 16, 256, 128, 1500, 512},
+                      attn_case{1, 4, 64, 64, 200, 64},
+                      attn_case{1, 8, 96, 16, 100, 24},
                       attn_case{2, 24, 128, 100, 300, 77},    // a partial 16-head group, odd tiles
                       // rows enough for the built-in rule's tensor-core kernel without splits
                       attn_case{140, 16, 128, 32, 200, 64}));
