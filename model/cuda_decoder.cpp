@@ -236,7 +236,7 @@ class cuda_backend final : public backend {
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
-    int defer = 0;  // a value that is not a whole number: a warning naming it, off
+    int defer = 1;  // a value that is not a whole number: a warning naming it, on
     env_int("CEDAR_CUDA_DEFER_NORM", 0, defer);
     defer_norm_ = defer != 0;
     env_int("CEDAR_CUDA_PREFILL_CHUNK", 1, prefill_chunk_);
@@ -350,14 +350,16 @@ class cuda_backend final : public backend {
   // expand) adds them
   // (CEDAR_CUDA_MOE_SIDE=0: in line)
   bool moe_side_ = true;
-  // CEDAR_CUDA_DEFER_NORM=1 (experimental, off by default; any whole number but 0 turns it on):
-  // at decode sizes the mHC site has no last block and the projections fold the collapsed rows'
-  // RMSNorm factor into their own pass over x. Measured on an H200 (8K context): 1.2 B batch 1 1.13 vs 1.18 ms per step, the
-  // shipped model 0.585 vs 0.63. Off because its rounding (Σ W·(x·w), then · inv) differs in
-  // the last bits from the chunk path's ((x · inv) · w), so decode steps no longer reproduce
-  // a prefill of the same tokens to 1e-5 (the FP4/FP8 caches turn the difference into other
-  // codes); on, every path would have to take the deferred form.
-  bool defer_norm_ = false;
+  // CEDAR_CUDA_DEFER_NORM (default 1; 0 turns it off, A/B runs): steps whose projections all
+  // take qgemv's vector path (up to k_qgemv_m_tile rows, or any rows with the tensor-core path
+  // off) leave the mHC site without a last block, and the projections fold the collapsed rows'
+  // RMSNorm factor into their own pass over x (Σ W·(x·w), then · inv: the last bits differ from
+  // (x · inv) · w). Decode steps, chunks and replays all take it by the same rule, so a prompt's
+  // rows give the same bits decoded one by one or in chunks (with the vector path); steps of
+  // more rows on tensor cores and chunks with their experts expert by expert (which gather the
+  // factors) keep the site's factors. Measured (H200, 8K): 1.2 B batch 1 1.13 vs 1.18 ms per
+  // step, the shipped model 0.585 vs 0.63.
+  bool defer_norm_ = true;
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
   bool fold_combine_ = true;
@@ -1102,12 +1104,14 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   // projections read) and the mix weights are reduced from its partials on side_, off the
   // critical path: nothing reads them before the next site (or hc_expand / the head), which
   // join_side() first. The partials are next written by the next site's kernel, after the join.
-  // Decode steps of up to k_qgemv_m_tile rows (the projections' vector path) with the side
-  // stream: the site's kernel has no last block at all (no fence, atomic or reduction on the
-  // critical path); the projections fold x's RMSNorm factor into their own pass over x (qgemv:
-  // x_norm_inv null; the rounding differs in the last bits). Not for chunks and replays: a
-  // prompt's rows give the same bits whatever the chunk size (tests hold them to it).
-  const bool defer_norm = defer_norm_ && side_ && !chunk && B <= kcu::k_qgemv_m_tile;
+  // Steps whose projections all take the vector path (up to k_qgemv_m_tile rows, or the
+  // tensor-core path off), with the side stream: the site's kernel has no last block at all (no
+  // fence, atomic or reduction on the critical path); the projections fold x's RMSNorm factor
+  // into their own pass over x (qgemv: x_norm_inv null; the rounding differs in the last bits).
+  // The same rule for decode steps, chunks and replays, so a prompt's rows give the same bits
+  // whatever the chunk size (tests hold them to it); not with the experts expert by expert,
+  // which gather the site's factors.
+  const bool defer_norm = defer_norm_ && side_ && !by_expert && (B <= kcu::k_qgemv_m_tile || !kcu::qgemv_mma_enabled());
   const float* xinv_in = defer_norm ? nullptr : xinv;  // what the projections are given
   bool side_pending = false;
   auto join_side = [&]() -> status {
