@@ -572,9 +572,9 @@ __global__ void __launch_bounds__(k_mma_threads) sparse_attention_mma_kernel(spa
 // blocks, adds the sink and writes them (inverse RoPE on the way out). No workspace, no atomics,
 // no second pass over global memory: at batch 1 the split fold of the other kernels (partials to
 // global memory, a fence, a counter, the last block reading them back) was most of a launch.
-constexpr int k_cl_threads = 128;
+constexpr int k_cl_threads = 256;
 constexpr int k_cl_warps = k_cl_threads / 32;
-constexpr int k_cl_batch = 4;        // keys a warp loads before it computes
+constexpr int k_cl_batch = 8;        // keys a warp loads before it computes (a decode row of the 1.2 B config: 10 per warp)
 constexpr int k_cl_max_hb_cpl = 64;  // HB × CPL: q and the accumulators stay in registers
 constexpr int k_cl_max_size = 8;     // blocks per cluster (the portable maximum)
 
