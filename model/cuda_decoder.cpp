@@ -233,6 +233,7 @@ class cuda_backend final : public backend {
     mhc_side_ = !env_off("CEDAR_CUDA_MHC_SIDE");
     moe_side_ = !env_off("CEDAR_CUDA_MOE_SIDE");
     fold_combine_ = !env_off("CEDAR_CUDA_FOLD_COMBINE");
+    fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
@@ -360,6 +361,10 @@ class cuda_backend final : public backend {
   // factors) keep the site's factors. Measured (H200, 8K): 1.2 B batch 1 1.13 vs 1.18 ms per
   // step, the shipped model 0.585 vs 0.63.
   bool defer_norm_ = true;
+  // the routed experts' up projection routes for itself (each block its row, moe_route's warp;
+  // the row's first block writes sel and the weights): no moe_route launch in decode steps and
+  // chunks (CEDAR_CUDA_FUSE_ROUTE=0: the launch, A/B runs)
+  bool fuse_route_ = true;
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
   bool fold_combine_ = true;
@@ -1461,11 +1466,15 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         kcu::moe_route_params rp;
         rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
         rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
-        CEDAR_TRY(kcu::moe_route(rp, es));
-        if (by_expert && (int)b.experts.size() == E) {
+        const bool expert_order = by_expert && (int)b.experts.size() == E;
+        // the up projection routes for itself (fuse_route_): one launch fewer on the experts' path
+        const bool self_route = fuse_route_ && !expert_order && E <= 32 * 32 && KE <= kcu::k_route_max_k;
+        if (!self_route) CEDAR_TRY(kcu::moe_route(rp, es));
+        if (expert_order) {
           CEDAR_TRY(experts_by_expert(b, x, es));
         } else {
-          CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv_in));
+          CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv_in,
+                                self_route ? &rp : nullptr));
           CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
           CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
         }

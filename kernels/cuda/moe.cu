@@ -14,19 +14,6 @@ namespace cedar::kernels::cuda {
 namespace {
 
 
-__device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-// Row r's weights of its chosen experts sl[0..K): s / Σ s (renormalised, K > 1) × route_scale.
-__device__ void route_weights(const moe_route_params& p, int r, const float* lr, const int32_t* sl) {
-  float sum = 0.0f;
-  for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
-  for (int k = 0; k < p.K; ++k) {
-    float wk = sqrtf(softplus_torch(lr[sl[k]]));
-    if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
-    p.weight[(size_t)r * p.K + k] = wk * p.route_scale;
-  }
-}
-
 __global__ void moe_route_kernel(moe_route_params p) {
   pdl_entry();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -51,8 +38,7 @@ __global__ void moe_route_kernel(moe_route_params p) {
   route_weights(p, r, lr, sl);
 }
 
-// A warp per row (E ≤ 32 · 32): lane l owns experts l, l + 32, ...; each of the K rounds takes
-// the warp's best untaken (score + bias), ties to the lower id — the serial kernel's choice.
+// A warp per row (E ≤ 32 · 32): route_row_warp (moe_device.cuh).
 constexpr int k_route_warps = 4;
 
 __global__ void __launch_bounds__(32 * k_route_warps) moe_route_warp_kernel(moe_route_params p) {
@@ -60,28 +46,11 @@ __global__ void __launch_bounds__(32 * k_route_warps) moe_route_warp_kernel(moe_
   const int r = blockIdx.x * k_route_warps + (threadIdx.x >> 5);
   if (r >= p.R) return;
   const int lane = threadIdx.x & 31;
-  const float* lr = p.logits + (size_t)r * p.E;
   int32_t* sl = p.sel + (size_t)r * p.K;
-  uint32_t taken = 0;  // bit t: expert lane + 32 t
-  for (int k = 0; k < p.K; ++k) {
-    int best = -1;
-    float bv = 0.0f;
-    for (int t = 0, i = lane; i < p.E; ++t, i += 32) {
-      if (taken >> t & 1u) continue;
-      const float v = sqrtf(softplus_torch(lr[i])) + p.bias[i];
-      if (best < 0 || v > bv) best = i, bv = v;
-    }
-    for (int off = 16; off; off >>= 1) {
-      const int ob = __shfl_xor_sync(0xffffffffu, best, off);
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) best = ob, bv = ov;
-    }
-    if ((best & 31) == lane) taken |= 1u << (best >> 5);
-    if (lane == 0) sl[k] = best;
-  }
+  route_row_warp(p, r, lane, sl);
   __syncwarp();
   if (lane != 0) return;
-  route_weights(p, r, lr, sl);
+  route_weights(p, r, p.logits + (size_t)r * p.E, sl);
 }
 
 constexpr int k_elem_threads = 256;  // swiglu / combine: grid (element blocks, rows)
@@ -116,10 +85,15 @@ __global__ void __launch_bounds__(k_elem_threads) moe_combine_kernel(float* y, c
 
 }  // namespace
 
-status moe_route(const moe_route_params& p, cudaStream_t stream) {
+status check_route(const moe_route_params& p, const char* who) {
   if (p.R <= 0 || p.E <= 0 || p.K <= 0 || p.K > p.E || !p.logits || !p.bias || !p.sel || !p.weight)
-    return make_error(errc::invalid_argument, "moe_route: bad shape (rows " + std::to_string(p.R) + ", experts " +
+    return make_error(errc::invalid_argument, std::string(who) + ": bad shape (rows " + std::to_string(p.R) + ", experts " +
                                                   std::to_string(p.E) + ", top " + std::to_string(p.K) + ") or null pointer");
+  return {};
+}
+
+status moe_route(const moe_route_params& p, cudaStream_t stream) {
+  CEDAR_TRY(check_route(p, "moe_route"));
   if (p.E <= 32 * 32)
     launch_kernel(moe_route_warp_kernel, (p.R + k_route_warps - 1) / k_route_warps, 32 * k_route_warps, 0, stream, p);
   else
@@ -130,15 +104,22 @@ status moe_route(const moe_route_params& p, cudaStream_t stream) {
 
 status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3, const int32_t* sel,
               int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream, const float* x_norm_w,
-              float x_norm_eps, const float* x_norm_inv) {
+              float x_norm_eps, const float* x_norm_inv, const moe_route_params* route) {
   if (R <= 0 || K <= 0 || d <= 0 || F <= 0 || !w1 || !w3 || !sel || !x || !h)
     return make_error(errc::invalid_argument, "moe_up: bad shape or null pointer");
+  if (route) {
+    CEDAR_TRY(check_route(*route, "moe_up (route)"));
+    if (route->R != R || route->K != K || route->sel != sel || route->E > 32 * 32 || K > k_route_max_k)
+      return make_error(errc::invalid_argument, "moe_up: the route's rows, top-K or sel differ from the items' (or E > 1024, K > " +
+                                                    std::to_string(k_route_max_k) + ")");
+  }
   if (like1.rows != F || like3.rows != F || like1.cols != d || like3.cols != d)
     return make_error(errc::invalid_argument, "moe_up: expert matrices are not [F, d]");
   qgemv_expert_params p;
   p.wa = w1, p.wb = w3, p.like_a = like1, p.like_b = like3, p.sel = sel, p.n = R * K, p.x_div = K;
   p.x = x, p.ldx = d, p.y = h, p.ldy = 2 * F, p.x_norm_w = x_norm_w, p.x_norm_eps = x_norm_eps;
   p.x_norm_inv = x_norm_inv;
+  if (route) p.route = true, p.rp = *route;
   if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, "moe_up: " + st.err().message);
   return {};
 }

@@ -37,9 +37,14 @@ status moe_route(const moe_route_params& p, cudaStream_t stream);
 // h [R·K, 2F]; w1, w3: [E] views [F, d] (device arrays); like1, like3: copies of one expert's
 // views (every expert has their format and shape).
 // x_norm_w: x rows RMS-normalised on the fly with these weights (null: x as given).
+// route: the routing of this step (moe_route_params with sel == the sel above): each block of
+// the launch routes its row itself (the same ids as moe_route) and the first block of each row
+// writes sel and the weights, so no moe_route launch precedes it (E ≤ 1024, K ≤ k_route_max_k).
+constexpr int k_route_max_k = 32;
 status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3, const int32_t* sel,
               int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream,
-              const float* x_norm_w = nullptr, float x_norm_eps = 0.0f, const float* x_norm_inv = nullptr);
+              const float* x_norm_w = nullptr, float x_norm_eps = 0.0f, const float* x_norm_inv = nullptr,
+              const moe_route_params* route = nullptr);
 // a [n, F] from h [n, 2F] = [gate | up]; row_weight [n] or null (1).
 status swiglu_rows(const float* h, int n, int F, float limit, const float* row_weight, float* a, cudaStream_t stream);
 // ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F].

@@ -1,11 +1,53 @@
-// moe_device — the combine of the routed experts as a device function, shared by moe_combine
-// (moe.cu) and the expands that fold it in (mhc.cu: hc_mix_collapse and hc_expand add the
-// experts' rows as they read y), so that every form gives the same bits.
+// moe_device — the routing and the combine of the routed experts as device functions: the
+// routing shared by moe_route and the up projection that routes for itself (qgemv.cu), the
+// combine by moe_combine (moe.cu) and the expands that fold it in (mhc.cu: hc_mix_collapse and
+// hc_expand add the experts' rows as they read y), so that every form gives the same bits.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cuda/moe.cuh"
+
 namespace cedar::kernels::cuda {
+
+__device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Row r's weights of its chosen experts sl[0..K): s / Σ s (renormalised, K > 1) × route_scale.
+__device__ inline void route_weights(const moe_route_params& p, int r, const float* lr, const int32_t* sl) {
+  float sum = 0.0f;
+  for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
+  for (int k = 0; k < p.K; ++k) {
+    float wk = sqrtf(softplus_torch(lr[sl[k]]));
+    if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
+    p.weight[(size_t)r * p.K + k] = wk * p.route_scale;
+  }
+}
+
+// Row r's K experts by one warp (E ≤ 32 · 32): lane l owns experts l, l + 32, ...; each of the
+// K rounds takes the warp's best untaken (score + bias), ties to the lower id — the serial
+// kernel's choice. Lane 0 writes the ids to out[0..K) (global or shared memory); every lane
+// of the warp must call it. Shared by moe_route and the routed experts' up projection that
+// routes for itself (qgemv_expert's route), so both give the same ids.
+__device__ inline void route_row_warp(const moe_route_params& p, int r, int lane, int32_t* out) {
+  const float* lr = p.logits + (size_t)r * p.E;
+  uint32_t taken = 0;  // bit t: expert lane + 32 t
+  for (int k = 0; k < p.K; ++k) {
+    int best = -1;
+    float bv = 0.0f;
+    for (int t = 0, i = lane; i < p.E; ++t, i += 32) {
+      if (taken >> t & 1u) continue;
+      const float v = sqrtf(softplus_torch(lr[i])) + p.bias[i];
+      if (best < 0 || v > bv) best = i, bv = v;
+    }
+    for (int off = 16; off; off >>= 1) {
+      const int ob = __shfl_xor_sync(0xffffffffu, best, off);
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) best = ob, bv = ov;
+    }
+    if ((best & 31) == lane) taken |= 1u << (best >> 5);
+    if (lane == 0) out[k] = best;
+  }
+}
 
 // acc + the K expert rows of row r at channel i, ye [R·K, d], in ascending expert id (the CPU
 // adds the experts in id order; ids within a row are distinct).

@@ -4,6 +4,7 @@
 // 16-byte load per lane and row; RW × V bounded by registers), WS from the row count.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/moe_device.cuh"
 #include "kernels/cuda/qgemv.cuh"
 #include "kernels/cuda/qgemv_mma.cuh"
 
@@ -280,7 +281,20 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
   pdl_entry();
   const int i = (int)blockIdx.y;
   const bool second = blockIdx.x >= blocks_a;
-  const int e = __ldg(p.sel + i);
+  int e;
+  if (p.route) {  // this row's routing, by warp 0 (moe_route's ids); the row's first block writes it
+    __shared__ int32_t s_sel[k_route_max_k];
+    const int r = i / p.x_div;
+    if (threadIdx.x < 32) route_row_warp(p.rp, r, (int)threadIdx.x, s_sel);
+    __syncthreads();
+    e = s_sel[i - r * p.x_div];
+    if (blockIdx.x == 0 && i == r * p.x_div && threadIdx.x == 0) {
+      for (int k = 0; k < p.rp.K; ++k) p.rp.sel[(size_t)r * p.rp.K + k] = s_sel[k];
+      route_weights(p.rp, r, p.rp.logits + (size_t)r * p.rp.E, s_sel);
+    }
+  } else {
+    e = __ldg(p.sel + i);
+  }
   qgemv_params q;
   q.w = second ? p.wb[e] : p.wa[e];
   q.m = 1;

@@ -28,6 +28,7 @@
 
 #include "kernels/base/result.hpp"
 #include "kernels/cpu/qmatmul.hpp"
+#include "kernels/cuda/moe.cuh"
 
 namespace cedar::kernels::cuda {
 
@@ -84,6 +85,11 @@ struct qgemv_expert_params {
   const float* x_norm_w = nullptr;  // as qgemv_params: x rows RMS-normalised on the fly
   float x_norm_eps = 0.0f;
   const float* x_norm_inv = nullptr;  // [n / x_div] the rows' factors when known
+  // route: sel is not read but decided here (moe_up's route): every block routes its row
+  // (item i / x_div, x_div = rp.K) with moe_route's warp and the first block of each row writes
+  // rp.sel and rp.weight (rp.sel == sel)
+  bool route = false;
+  moe_route_params rp;
 };
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
 

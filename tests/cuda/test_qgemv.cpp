@@ -402,6 +402,33 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
       }
       for (int o = out; o < ldy; ++o) EXPECT_TRUE(std::isnan(y[(size_t)i * ldy + o])) << "padding written";
     }
+    // the items routed by the launch itself (moe_up's route, the decoder's default): moe_route's
+    // ids and weights, and the rows of the launch given those ids, bit for bit
+    {
+      std::vector<float> lg((size_t)sp.R * sp.E), bias((size_t)sp.E);
+      for (auto& v : lg) v = 1.5f * nd(g);
+      for (auto& v : bias) v = 0.1f * nd(g);
+      dev_array<float> dl(lg), dbias(bias), dw_ref((size_t)n), dw((size_t)n);
+      dev_array<int32_t> dsel_ref((size_t)n), dsel_self((size_t)n);
+      dw.poison(), dsel_self.poison();
+      cu::moe_route_params rp;
+      rp.R = sp.R, rp.E = sp.E, rp.K = sp.K, rp.logits = dl.p, rp.bias = dbias.p, rp.route_scale = 2.5f;
+      rp.sel = dsel_ref.p, rp.weight = dw_ref.p;
+      ASSERT_TRUE(cu::moe_route(rp, nullptr).ok());
+      dev_array<float> dy_ref(std::vector<float>((size_t)n * ldy, std::nanf(""))), dy_self(dy_ref.download());
+      cu::qgemv_expert_params pr = p;
+      pr.sel = dsel_ref.p, pr.y = dy_ref.p;
+      ASSERT_TRUE(cu::qgemv_expert(pr, nullptr).ok());
+      cu::qgemv_expert_params ps = p;
+      ps.route = true, ps.rp = rp, ps.rp.sel = dsel_self.p, ps.rp.weight = dw.p, ps.sel = dsel_self.p, ps.y = dy_self.p;
+      const auto st2 = cu::qgemv_expert(ps, nullptr);
+      ASSERT_TRUE(st2.ok()) << st2.err().message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(dsel_self.download(), dsel_ref.download()) << "routed ids";
+      const auto wr = dw_ref.download(), ws = dw.download(), yr = dy_ref.download(), ys = dy_self.download();
+      ASSERT_EQ(std::memcmp(ws.data(), wr.data(), sizeof(float) * wr.size()), 0) << "route weights";
+      ASSERT_EQ(std::memcmp(ys.data(), yr.data(), sizeof(float) * yr.size()), 0) << "rows of the self-routed launch";
+    }
   }
   // a mismatched second matrix is an error that names it
   cu::qgemv_expert_params p;
