@@ -357,8 +357,7 @@ class cuda_backend final : public backend {
   // RMSNorm factor into their own pass over x (Σ W·(x·w), then · inv: the last bits differ from
   // (x · inv) · w). Decode steps, chunks and replays all take it by the same rule, so a prompt's
   // rows give the same bits decoded one by one or in chunks (with the vector path); steps of
-  // more rows on tensor cores and chunks with their experts expert by expert (which gather the
-  // factors) keep the site's factors. Measured (H200, 8K): 1.2 B batch 1 1.13 vs 1.18 ms per
+  // more rows on tensor cores keep the site's factors. Measured (H200, 8K): 1.2 B batch 1 1.13 vs 1.18 ms per
   // step, the shipped model 0.585 vs 0.63.
   bool defer_norm_ = true;
   // the routed experts' up projection routes for itself (each block its row, moe_route's warp;
@@ -1114,9 +1113,10 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   // fence, atomic or reduction on the critical path); the projections fold x's RMSNorm factor
   // into their own pass over x (qgemv: x_norm_inv null; the rounding differs in the last bits).
   // The same rule for decode steps, chunks and replays, so a prompt's rows give the same bits
-  // whatever the chunk size (tests hold them to it); not with the experts expert by expert,
-  // which gather the site's factors.
-  const bool defer_norm = defer_norm_ && side_ && !by_expert && (B <= kcu::k_qgemv_m_tile || !kcu::qgemv_mma_enabled());
+  // whatever the chunk size (tests hold them to it); the experts expert by expert take the
+  // deferred form too (their gathered factors are then not used), so they still equal the
+  // item-by-item experts bit for bit on the vector path.
+  const bool defer_norm = defer_norm_ && side_ && (B <= kcu::k_qgemv_m_tile || !kcu::qgemv_mma_enabled());
   const float* xinv_in = defer_norm ? nullptr : xinv;  // what the projections are given
   bool side_pending = false;
   auto join_side = [&]() -> status {
@@ -1217,7 +1217,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         p.w = k == 0 ? x.w1 : x.w3;
         p.m = m, p.x = xg + (size_t)o0 * d, p.ldx = d;
         p.y = h2 + (size_t)o0 * 2 * F + (size_t)k * F, p.ldy = 2 * F;
-        p.x_norm_w = b.ffn_norm, p.x_norm_eps = eps, p.x_norm_inv = xinvg + o0;
+        p.x_norm_w = b.ffn_norm, p.x_norm_eps = eps, p.x_norm_inv = xinv_in ? xinvg + o0 : nullptr;
       }
       CEDAR_TRY(kcu::qgemv_grouped(it, 2, es));
     }
