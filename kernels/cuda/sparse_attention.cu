@@ -8,7 +8,10 @@
 // last block of each (row, head group) to finish when the caller gives `done` counters (counted
 // with an atomic, as the mHC site does; no second launch), else by a second kernel.
 // A tensor-core form (sparse_attention_mma_kernel, below) takes 16 heads per block as the rows
-// of bf16 MMAs; shape_of picks it for steps of many rows (prefill chunks, large batches).
+// of bf16 MMAs; shape_of picks it for steps of many rows (prefill chunks, large batches). A
+// cluster form (sparse_attention_cluster_kernel, below) takes the steps of few rows: a thread
+// block cluster per (row, head group), keys dequantised in registers, the splits folded in
+// distributed shared memory (no workspace, no counters).
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"

@@ -1,8 +1,9 @@
 // sparse_attention — CSA2 attention of one layer on the GPU (MODEL_SPEC §1 "attention"): for
 // every row, one softmax over its sliding-window keys (FP8 SWA entries), its selected global
 // entries (FP4 main KV, picked by the indexer) and a per-head learned sink, with K = V (the
-// single latent). Entries are read packed and dequantised in shared memory tile by tile; no
-// dequantised copy of a cache ever reaches global memory.
+// single latent). Entries are read packed and dequantised on chip (in shared memory tile by
+// tile, or in registers by the cluster kernel of few-row steps); no dequantised copy of a cache
+// ever reaches global memory.
 //
 // The CPU path (model/forward.cpp attention_forward) is the reference: same inputs, same
 // function; the order of the floating-point sums differs (online softmax over tiles here).
