@@ -357,8 +357,8 @@ class cuda_backend final : public backend {
   // RMSNorm factor into their own pass over x (Σ W·(x·w), then · inv: the last bits differ from
   // (x · inv) · w). Decode steps, chunks and replays all take it by the same rule, so a prompt's
   // rows give the same bits decoded one by one or in chunks (with the vector path); steps of
-  // more rows on tensor cores keep the site's factors. Measured (H200, 8K): 1.2 B batch 1 1.13 vs 1.18 ms per
-  // step, the shipped model 0.585 vs 0.63.
+  // more rows on tensor cores keep the site's factors. Measured (H200, 8K, batch 1, device ms
+  // per step): 1.2 B 1.03–1.04 vs 1.10 off, the shipped model 0.58–0.61 vs 0.62.
   bool defer_norm_ = true;
   // the routed experts' up projection routes for itself (each block its row, moe_route's warp;
   // the row's first block writes sel and the weights): no moe_route launch in decode steps and

@@ -73,9 +73,8 @@ __global__ void __launch_bounds__(k_score_threads) index_scores_fixed_kernel(ind
   float* out = p.score + (size_t)r * p.E + t;
   if (score_masked(p, r, t, out)) return;
   const uint8_t* e = p.keys[r] + (size_t)t * fp4_index_bytes(DI);
-  // the codes as 4-byte words (DI/8 loads; an entry of 68 bytes at DI 128 starts aligned),
-  // not byte by byte: 68 byte loads per thread, each spread over 17 lines per warp, were most
-  // of the kernel
+  // the codes as 4-byte words (DI/8 loads; an entry of 68 bytes at DI 128 starts aligned)
+  // rather than 68 byte loads per thread
   uint32_t cw[DI / 8];
 #pragma unroll
   for (int k = 0; k < DI / 8; ++k) cw[k] = load4(e + 4 * k);
@@ -217,26 +216,16 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
       __syncthreads();
       const uint32_t prefix = s_prefix, mask = s_mask;
       const int need = s_need;
-      // a thread counts runs of equal digits over its ids and adds each run once: scores of
-      // one magnitude share their top byte, so the first pass sent every id of the row to a
-      // few bins (thousands of atomics on one shared address, serialised: most of the kernel)
-      uint32_t run_d = 0u, run_n = 0u;
-      auto count = [&](uint32_t kk) {
-        if (kk <= neg_inf_key || (kk & mask) != prefix) return;
-        const uint32_t dg = (kk >> shift) & 255u;
-        if (dg != run_d) {
-          if (run_n) atomicAdd(&hist[run_d], run_n);
-          run_d = dg, run_n = 0u;
-        }
-        ++run_n;
-      };
       if constexpr (C > 0) {
 #pragma unroll
-        for (int j = 0; j < C; ++j) count(key[j]);
+        for (int j = 0; j < C; ++j)
+          if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&hist[(key[j] >> shift) & 255u], 1u);
       } else {
-        for (int j = 0; j < chunk; ++j) count(CEDAR_TOPK_KEY(j));
+        for (int j = 0; j < chunk; ++j) {
+          const uint32_t kk = CEDAR_TOPK_KEY(j);
+          if (kk > neg_inf_key && (kk & mask) == prefix) atomicAdd(&hist[(kk >> shift) & 255u], 1u);
+        }
       }
-      if (run_n) atomicAdd(&hist[run_d], run_n);
       __syncthreads();
       // digits from the top: thread t < 256 takes digit 255 − t; the digit whose bin holds the
       // need-th largest key is where the running count first reaches `need`

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(k_elem_threads) moe_combine_kernel(float* y, c
 
 }  // namespace
 
-status check_route(const moe_route_params& p, const char* who) {
+static status check_route(const moe_route_params& p, const char* who) {
   if (p.R <= 0 || p.E <= 0 || p.K <= 0 || p.K > p.E || !p.logits || !p.bias || !p.sel || !p.weight)
     return make_error(errc::invalid_argument, std::string(who) + ": bad shape (rows " + std::to_string(p.R) + ", experts " +
                                                   std::to_string(p.E) + ", top " + std::to_string(p.K) + ") or null pointer");
