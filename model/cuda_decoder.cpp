@@ -234,6 +234,7 @@ class cuda_backend final : public backend {
     moe_side_ = !env_off("CEDAR_CUDA_MOE_SIDE");
     fold_combine_ = !env_off("CEDAR_CUDA_FOLD_COMBINE");
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
+    fuse_swiglu_ = !env_off("CEDAR_CUDA_FUSE_SWIGLU");
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
@@ -364,6 +365,11 @@ class cuda_backend final : public backend {
   // the row's first block writes sel and the weights): no moe_route launch in decode steps and
   // chunks (CEDAR_CUDA_FUSE_ROUTE=0: the launch, A/B runs)
   bool fuse_route_ = true;
+  // the FFNs' SwiGLU in their up projections' epilogue (qgemv's glu_up; moe_up_swiglu): a group
+  // of rows holds a gate row and its up row, the lane with both sums writes the activation — no
+  // swiglu_rows launch on either expert path (not for f32 weights, nor for bf16 shared experts
+  // of steps on tensor cores). CEDAR_CUDA_FUSE_SWIGLU=0: the launches (A/B runs).
+  bool fuse_swiglu_ = true;
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
   bool fold_combine_ = true;
@@ -1442,11 +1448,19 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       // the next block, post, comb), collapse with apre ---
       CEDAR_TRY(mhc_site(b.hc_ffn_fn, b.hc_ffn_base, b.hc_ffn_scale, pre, apre, pending_out{y}));
       // --- MoE: shared expert into y, routed experts added in expert-id order ---
+      // the shared expert's SwiGLU in its up projection (fuse_swiglu_): not f32, and a bf16 one
+      // only on the vector path (tensor-core steps keep the two plain items)
+      const kernels::weight_format sf = b.shared.w1.format;
+      const bool shared_glu = fuse_swiglu_ && !b.shared.w1.empty() && sf != kernels::weight_format::f32 &&
+                              (sf != kernels::weight_format::bf16 || B <= kcu::k_qgemv_m_tile || !kcu::qgemv_mma_enabled());
       {  // the projections of x (normalised on the fly with ffn_norm): the shared expert's w1 and
-         // w3, the router's gate
+         // w3 (or its activation, shared_glu), the router's gate
         kcu::qgemv_params it[3];
         int n = 0;
-        if (!b.shared.w1.empty()) {
+        if (!b.shared.w1.empty() && shared_glu) {  // the activation straight into act
+          it[n] = gemv_item(b.shared.w1, x, d, act, F, b.ffn_norm, xinv_in);
+          it[n].glu_up = b.shared.w3, it[n++].glu_limit = (float)c.swiglu_limit;
+        } else if (!b.shared.w1.empty()) {
           it[n++] = gemv_item(b.shared.w1, x, d, h, 2 * F, b.ffn_norm, xinv_in);
           it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F, b.ffn_norm, xinv_in);
         }
@@ -1473,16 +1487,21 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         if (expert_order) {
           CEDAR_TRY(experts_by_expert(b, x, es));
         } else {
-          CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv_in,
-                                self_route ? &rp : nullptr));
-          CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
+          if (fuse_swiglu_ && b.x1.format != kernels::weight_format::f32) {
+            CEDAR_TRY(kcu::moe_up_swiglu(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, (float)c.swiglu_limit, selw, act2,
+                                         es, b.ffn_norm, eps, xinv_in, self_route ? &rp : nullptr));
+          } else {
+            CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv_in,
+                                  self_route ? &rp : nullptr));
+            CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
+          }
           CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
         }
       }
       // the combine folded into the next expand (the same bits as moe_combine then the expand)
       const bool fused = routed && fold_combine_;
       if (!b.shared.w1.empty()) {
-        CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
+        if (!shared_glu) CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
         CEDAR_TRY(gemv(b.shared.w2, act, F, y, d));
       } else {
         CEDAR_CU(cudaMemsetAsync(y, 0, sizeof(float) * (size_t)B * d, stream_), "cuda backend: memset");

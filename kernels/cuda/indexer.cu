@@ -123,7 +123,13 @@ __global__ void block_max_kernel(const float* score, const int* vis, int R, int 
 // key — is found 8 bits at a time from the top: a shared histogram per pass, then a block-wide
 // scan picks the digit (no serial loop over the bins); the ids above the threshold, and the
 // lowest-id ties, are written in id order at positions from block-wide exclusive scans.
+// Histograms (spread, the default): one copy of the 256 bins per lane index ([bin][lane], 32 KB),
+// so that the 32 lanes of a warp count into 32 different banks whatever their digits: the first
+// pass sees nearly every key in the same few bins (the sign and the top of the exponent), which
+// on one shared copy serialises a warp's atomics up to 32 ways; a warp per bin then sums the 32
+// copies (one redux). CEDAR_CUDA_TOPK_SPREAD=0: one copy (A/B runs).
 constexpr int k_topk_threads = 512;
+constexpr int k_topk_bins = 256;
 
 __device__ inline uint32_t order_key(float x) {
   // order-preserving map of fp32 to uint32 (larger float -> larger key); -0 folds onto +0
@@ -158,9 +164,11 @@ __device__ int block_exclusive_scan(int v, int* tot, int* total) {
 }
 
 template <int C>
-__global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout) {
+__global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout,
+                                                               bool spread) {
   pdl_entry();
-  __shared__ uint32_t hist[256];
+  __shared__ __align__(16) uint32_t hist[k_topk_bins * 32];  // [bin][lane] (spread) or [bin]
+  __shared__ uint32_t cnt[k_topk_bins];                       // spread: the bins' sums
   __shared__ int tot[32];
   __shared__ uint32_t s_prefix, s_mask;
   __shared__ int s_need;
@@ -211,25 +219,35 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
   }
   __syncthreads();
   if (k > 0) {
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, nw = (int)blockDim.x >> 5;
+    const uint32_t hs = spread ? 5u : 0u, hl = spread ? (uint32_t)lane : 0u;  // bin b, lane l -> (b << hs) + hl
+    const int words = spread ? k_topk_bins * 32 : k_topk_bins;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+      for (int i = threadIdx.x; i < words / 4; i += blockDim.x) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
       __syncthreads();
       const uint32_t prefix = s_prefix, mask = s_mask;
       const int need = s_need;
       if constexpr (C > 0) {
 #pragma unroll
         for (int j = 0; j < C; ++j)
-          if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&hist[(key[j] >> shift) & 255u], 1u);
+          if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&hist[(((key[j] >> shift) & 255u) << hs) + hl], 1u);
       } else {
         for (int j = 0; j < chunk; ++j) {
           const uint32_t kk = CEDAR_TOPK_KEY(j);
-          if (kk > neg_inf_key && (kk & mask) == prefix) atomicAdd(&hist[(kk >> shift) & 255u], 1u);
+          if (kk > neg_inf_key && (kk & mask) == prefix) atomicAdd(&hist[(((kk >> shift) & 255u) << hs) + hl], 1u);
         }
       }
       __syncthreads();
+      if (spread) {  // warp w sums bins w, w + nw, ...: lane l reads copy l (one bank each)
+        for (int b = warp; b < k_topk_bins; b += nw) {
+          const uint32_t c = __reduce_add_sync(0xffffffffu, hist[b * 32 + lane]);
+          if (lane == 0) cnt[b] = c;
+        }
+        __syncthreads();
+      }
       // digits from the top: thread t < 256 takes digit 255 − t; the digit whose bin holds the
       // need-th largest key is where the running count first reaches `need`
-      const int h = threadIdx.x < 256 ? (int)hist[255 - threadIdx.x] : 0;
+      const int h = threadIdx.x < k_topk_bins ? (int)(spread ? cnt[255 - threadIdx.x] : hist[255 - threadIdx.x]) : 0;
       int all = 0;
       const int before = block_exclusive_scan(h, tot, &all);
       if (threadIdx.x < 256 && before < need && before + h >= need) {
@@ -348,13 +366,14 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
   if (R == 0) return {};
   const int per = (E + k_topk_threads - 1) / k_topk_threads;  // ids per thread
   const dim3 grid((unsigned)R);
-  if (per <= 1) launch_kernel(topk_kernel<1>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
-  else if (per <= 2) launch_kernel(topk_kernel<2>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
-  else if (per <= 4) launch_kernel(topk_kernel<4>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
-  else if (per <= 8) launch_kernel(topk_kernel<8>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
-  else if (per <= 16) launch_kernel(topk_kernel<16>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
-  else if (per <= 32) launch_kernel(topk_kernel<32>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
-  else launch_kernel(topk_kernel<0>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 1) != 0;
+  if (per <= 1) launch_kernel(topk_kernel<1>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  else if (per <= 2) launch_kernel(topk_kernel<2>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  else if (per <= 4) launch_kernel(topk_kernel<4>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  else if (per <= 8) launch_kernel(topk_kernel<8>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  else if (per <= 16) launch_kernel(topk_kernel<16>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  else if (per <= 32) launch_kernel(topk_kernel<32>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  else launch_kernel(topk_kernel<0>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
   CEDAR_CUDA_LAUNCHED("cuda::topk");
   return {};
 }

@@ -2,6 +2,7 @@
 #include "kernels/cuda/launch.cuh"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -22,6 +23,18 @@ std::atomic<int>& pdl_flag() {
 }
 
 }  // namespace
+
+int env_choice(const char* name, int lo, int hi, int dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  const long m = std::strtol(v, &end, 10);
+  if (*end || m < lo || m > hi) {
+    std::fprintf(stderr, "cedar: %s=%s is not a whole number in [%d, %d]; using %d\n", name, v, lo, hi, dflt);
+    return dflt;
+  }
+  return (int)m;
+}
 
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed) != 0; }
 void set_pdl(bool on) { pdl_flag().store(on ? 1 : 0, std::memory_order_relaxed); }

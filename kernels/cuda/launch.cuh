@@ -91,6 +91,10 @@ __device__ __forceinline__ void pdl_prefetch_entry(F&& prefetch) {
   pdl_entry();
 }
 
+// A whole-number setting of the environment in [lo, hi] (A/B switches of the kernels, read once
+// by the caller): unset or empty -> dflt; anything else -> a warning naming it, dflt.
+int env_choice(const char* name, int lo, int hi, int dflt);
+
 // Whether launches carry the PDL attribute: CEDAR_CUDA_PDL=0 in the environment turns it off
 // (read once); set_pdl overrides (tests, benchmarks comparing both).
 bool pdl_enabled();

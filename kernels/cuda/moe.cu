@@ -63,12 +63,7 @@ __global__ void __launch_bounds__(k_elem_threads) swiglu_kernel(const float* h, 
   {
     const int i = blockIdx.x * k_elem_threads + threadIdx.x;
     if (i >= F) return;
-    float g = h[(size_t)r * 2 * F + i], u = h[(size_t)r * 2 * F + F + i];
-    if (limit > 0.0f) {
-      u = fminf(fmaxf(u, -limit), limit);
-      g = fminf(g, limit);
-    }
-    a[(size_t)r * F + i] = g * sigmoid_stable(g) * u * scale;
+    a[(size_t)r * F + i] = swiglu_value(h[(size_t)r * 2 * F + i], h[(size_t)r * 2 * F + F + i], limit, scale);
   }
 }
 
@@ -102,26 +97,48 @@ status moe_route(const moe_route_params& p, cudaStream_t stream) {
   return {};
 }
 
-status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3, const int32_t* sel,
-              int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream, const float* x_norm_w,
-              float x_norm_eps, const float* x_norm_inv, const moe_route_params* route) {
-  if (R <= 0 || K <= 0 || d <= 0 || F <= 0 || !w1 || !w3 || !sel || !x || !h)
-    return make_error(errc::invalid_argument, "moe_up: bad shape or null pointer");
+namespace {
+// moe_up / moe_up_swiglu: the checks and the expert launch (a: the SwiGLU epilogue's output, or
+// null for h = [gate | up])
+status up_launch(const char* who, const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3,
+                 const int32_t* sel, int R, int K, const float* x, int d, int F, float* out, cudaStream_t stream,
+                 const float* x_norm_w, float x_norm_eps, const float* x_norm_inv, const moe_route_params* route,
+                 bool glu, float limit, const float* row_weight) {
+  const std::string w(who);
+  if (R <= 0 || K <= 0 || d <= 0 || F <= 0 || !w1 || !w3 || !sel || !x || !out)
+    return make_error(errc::invalid_argument, w + ": bad shape or null pointer");
   if (route) {
-    CEDAR_TRY(check_route(*route, "moe_up (route)"));
+    CEDAR_TRY(check_route(*route, (w + " (route)").c_str()));
     if (route->R != R || route->K != K || route->sel != sel || route->E > 32 * 32 || K > k_route_max_k)
-      return make_error(errc::invalid_argument, "moe_up: the route's rows, top-K or sel differ from the items' (or E > 1024, K > " +
+      return make_error(errc::invalid_argument, w + ": the route's rows, top-K or sel differ from the items' (or E > 1024, K > " +
                                                     std::to_string(k_route_max_k) + ")");
   }
   if (like1.rows != F || like3.rows != F || like1.cols != d || like3.cols != d)
-    return make_error(errc::invalid_argument, "moe_up: expert matrices are not [F, d]");
+    return make_error(errc::invalid_argument, w + ": expert matrices are not [F, d]");
   qgemv_expert_params p;
   p.wa = w1, p.wb = w3, p.like_a = like1, p.like_b = like3, p.sel = sel, p.n = R * K, p.x_div = K;
-  p.x = x, p.ldx = d, p.y = h, p.ldy = 2 * F, p.x_norm_w = x_norm_w, p.x_norm_eps = x_norm_eps;
+  p.x = x, p.ldx = d, p.y = out, p.ldy = glu ? F : 2 * F, p.x_norm_w = x_norm_w, p.x_norm_eps = x_norm_eps;
   p.x_norm_inv = x_norm_inv;
   if (route) p.route = true, p.rp = *route;
-  if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, "moe_up: " + st.err().message);
+  if (glu) p.glu = true, p.glu_limit = limit, p.glu_scale = route ? nullptr : row_weight;
+  if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, w + ": " + st.err().message);
   return {};
+}
+}  // namespace
+
+status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3, const int32_t* sel,
+              int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream, const float* x_norm_w,
+              float x_norm_eps, const float* x_norm_inv, const moe_route_params* route) {
+  return up_launch("moe_up", w1, w3, like1, like3, sel, R, K, x, d, F, h, stream, x_norm_w, x_norm_eps, x_norm_inv, route,
+                   false, 0.0f, nullptr);
+}
+
+status moe_up_swiglu(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3,
+                     const int32_t* sel, int R, int K, const float* x, int d, int F, float limit, const float* row_weight,
+                     float* a, cudaStream_t stream, const float* x_norm_w, float x_norm_eps, const float* x_norm_inv,
+                     const moe_route_params* route) {
+  return up_launch("moe_up_swiglu", w1, w3, like1, like3, sel, R, K, x, d, F, a, stream, x_norm_w, x_norm_eps, x_norm_inv,
+                   route, true, limit, row_weight);
 }
 
 status swiglu_rows(const float* h, int n, int F, float limit, const float* row_weight, float* a, cudaStream_t stream) {

@@ -5,7 +5,8 @@
 //                 routed_scaling_factor;
 //   moe_up        h[i] = [w1[e] · x_r ; w3[e] · x_r] for every (row r, slot k) item i = r·K + k,
 //                 e = sel[i] (qgemv_expert: the expert's matrices picked on the device);
-//   swiglu_rows   a = silu(min(gate, limit)) · clamp(up, ±limit) · row weight;
+//   swiglu_rows   a = silu(min(gate, limit)) · clamp(up, ±limit) · row weight (moe_up_swiglu:
+//                 both in one launch);
 //   moe_down      ye[i] = w2[e] · a[i];
 //   moe_combine   y[r] += Σ_k ye[r·K + k], in ascending expert id (the CPU adds experts in id
 //                 order).
@@ -45,6 +46,14 @@ status moe_up(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const 
               int R, int K, const float* x, int d, int F, float* h, cudaStream_t stream,
               const float* x_norm_w = nullptr, float x_norm_eps = 0.0f, const float* x_norm_inv = nullptr,
               const moe_route_params* route = nullptr);
+// moe_up and swiglu_rows in one launch (qgemv_expert's SwiGLU epilogue): a [R·K, F] =
+// swiglu(w1[e] · x_r, w3[e] · x_r) · weight of item i — the same bits as moe_up then swiglu_rows.
+// The weights: route's (computed in each block, and written to route->weight as moe_route would)
+// when routing, else row_weight [R·K] (null: 1). Not for f32 experts (error).
+status moe_up_swiglu(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1, const qmatrix& like3,
+                     const int32_t* sel, int R, int K, const float* x, int d, int F, float limit, const float* row_weight,
+                     float* a, cudaStream_t stream, const float* x_norm_w = nullptr, float x_norm_eps = 0.0f,
+                     const float* x_norm_inv = nullptr, const moe_route_params* route = nullptr);
 // a [n, F] from h [n, 2F] = [gate | up]; row_weight [n] or null (1).
 status swiglu_rows(const float* h, int n, int F, float limit, const float* row_weight, float* a, cudaStream_t stream);
 // ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F].

@@ -1,26 +1,42 @@
-// moe_device — the routing and the combine of the routed experts as device functions: the
-// routing shared by moe_route and the up projection that routes for itself (qgemv.cu), the
+// moe_device — the routing, the SwiGLU and the combine of the routed experts as device functions:
+// the routing shared by moe_route and the up projection that routes for itself (qgemv.cu), the
+// SwiGLU by swiglu_rows and the up projections' SwiGLU epilogue (qgemv.cu), the
 // combine by moe_combine (moe.cu) and the expands that fold it in (mhc.cu: hc_mix_collapse and
 // hc_expand add the experts' rows as they read y), so that every form gives the same bits.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/moe.cuh"
 
 namespace cedar::kernels::cuda {
 
 __device__ inline float softplus_torch(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Row r's weights of its chosen experts sl[0..K): s / Σ s (renormalised, K > 1) × route_scale.
-__device__ inline void route_weights(const moe_route_params& p, int r, const float* lr, const int32_t* sl) {
+// The weight of slot k of a row whose chosen experts are sl[0..K) (gate logits lr):
+// s / Σ s (renormalised, K > 1) × route_scale.
+__device__ inline float route_weight(const moe_route_params& p, const float* lr, const int32_t* sl, int k) {
   float sum = 0.0f;
-  for (int k = 0; k < p.K; ++k) sum += sqrtf(softplus_torch(lr[sl[k]]));
-  for (int k = 0; k < p.K; ++k) {
-    float wk = sqrtf(softplus_torch(lr[sl[k]]));
-    if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
-    p.weight[(size_t)r * p.K + k] = wk * p.route_scale;
+  for (int j = 0; j < p.K; ++j) sum += sqrtf(softplus_torch(lr[sl[j]]));
+  float wk = sqrtf(softplus_torch(lr[sl[k]]));
+  if (p.renormalise && p.K > 1) wk = wk / (sum + 1e-20f);
+  return wk * p.route_scale;
+}
+
+// Row r's weights of its chosen experts sl[0..K) into p.weight.
+__device__ inline void route_weights(const moe_route_params& p, int r, const float* lr, const int32_t* sl) {
+  for (int k = 0; k < p.K; ++k) p.weight[(size_t)r * p.K + k] = route_weight(p, lr, sl, k);
+}
+
+// SwiGLU of one channel (swiglu_rows, and the up projections' SwiGLU epilogue: the same bits):
+// silu(min(g, limit)) · clamp(u, ±limit) · scale; limit 0: no clamp.
+__device__ __forceinline__ float swiglu_value(float g, float u, float limit, float scale) {
+  if (limit > 0.0f) {
+    u = fminf(fmaxf(u, -limit), limit);
+    g = fminf(g, limit);
   }
+  return g * sigmoid_stable(g) * u * scale;
 }
 
 // Row r's K experts by one warp (E ≤ 32 · 32): lane l owns experts l, l + 32, ...; each of the

@@ -106,12 +106,21 @@ __device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, f
 // Block: k_warps warps = (k_warps / WS) row groups of RW rows, WS warps per group splitting the
 // columns (WS > 1 when the matrix has too few rows to fill the GPU with one warp per group);
 // partial sums of the WS warps meet in shared memory, in a fixed order (deterministic).
-template <weight_format F, int V, int MT, int RW, int WS>
+// SwiGLU items (p.glu_up): a group's RW rows are RW / 2 rows of the gate matrix and the same
+// rows of the up matrix, so the lane that ends with the sums holds both and writes the
+// activation (swiglu_rows' formula) — no exchange between warps, no second launch. G: the
+// instantiation that has the SwiGLU form (its row bookkeeping costs registers the plain
+// launches do not pay).
+template <weight_format F, int V, int MT, int RW, int WS, bool G = false>
 __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, unsigned by) {
   __shared__ float red[k_warps][RW][MT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int grp = warp / WS, part = warp % WS;
-  const int64_t r0 = ((int64_t)bx * (k_warps / WS) + grp) * RW;
+  // output rows per group: RW, or RW / 2 for a SwiGLU item (row i of the group: gate row ob + i
+  // for i < ro, up row ob + i − ro after); f32 (RW 1) has no SwiGLU form (the host refuses it)
+  const bool glu = G && RW % 2 == 0 && p.glu_up.data != nullptr;
+  const int ro = glu ? RW / 2 : RW;
+  const int64_t ob = ((int64_t)bx * (k_warps / WS) + grp) * ro;
   const int m0 = (int)by * MT;
   const int mt = min(MT, p.m - m0);
   float acc[RW][MT];
@@ -119,6 +128,17 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
   for (int i = 0; i < RW; i++)
 #pragma unroll
     for (int j = 0; j < MT; j++) acc[i][j] = 0.0f;
+  // each row's matrix and row (the two matrices share format and shape: only pointers differ)
+  qmatrix wm[RW];
+  int64_t wr[RW];
+#pragma unroll
+  for (int i = 0; i < RW; i++) {
+    const bool up = glu && i >= ro;
+    wm[i] = p.w;
+    if (up) wm[i].data = p.glu_up.data, wm[i].row0 = p.glu_up.row0, wm[i].scale_e8m0 = p.glu_up.scale_e8m0,
+            wm[i].scale_f32 = p.glu_up.scale_f32;
+    wr[i] = ob + (up ? i - ro : i);
+  }
 
   const int64_t cols = p.w.cols;
   // RMSNorm of the activation rows on the fly (x_norm_w): with the rows' factors given
@@ -135,13 +155,13 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
 #pragma unroll
     for (int j = 0; j < MT; j++) xs[j] = j < mt ? __ldg(p.x_norm_inv + m0 + j) : 1.0f;
   }
-  if (r0 < p.w.rows) {
+  if (ob < p.w.rows) {
 #pragma unroll 2
     for (int64_t c = ((int64_t)part * 32 + lane) * V; c < cols; c += (int64_t)32 * V * WS) {
       float wv[RW][V], ws[RW];
 #pragma unroll
       for (int i = 0; i < RW; i++) {
-        if (r0 + i < p.w.rows) ws[i] = loadv<F, V>(p.w, r0 + i, c, wv[i]);
+        if (wr[i] < p.w.rows) ws[i] = loadv<F, V>(wm[i], wr[i], c, wv[i]);
         else {
           ws[i] = 0.0f;
 #pragma unroll
@@ -201,7 +221,7 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
     }
   }
   if constexpr (WS > 1) __syncthreads();
-  if (lane != 0 || part != 0 || r0 >= p.w.rows) return;
+  if (lane != 0 || part != 0 || ob >= p.w.rows) return;
   if (defer) {
 #pragma unroll
     for (int j = 0; j < MT; j++) {
@@ -221,20 +241,36 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
 #pragma unroll
         for (int k = 1; k < WS; k++) v += red[warp + k][i][j];
       if (defer) v *= xs[j];
-      if (j < mt && r0 + i < p.w.rows) {
-        float* yp = p.y + (int64_t)(m0 + j) * p.ldy + r0 + i;
-        *yp = p.accumulate ? *yp + v : v;
-      }
+      acc[i][j] = v;
     }
+  if (glu) {
+#pragma unroll
+    for (int i = 0; i < RW / 2; i++)
+#pragma unroll
+      for (int j = 0; j < MT; j++)
+        if (j < mt && wr[i] < p.w.rows)
+          p.y[(int64_t)(m0 + j) * p.ldy + wr[i]] =
+              swiglu_value(acc[i][j], acc[i + RW / 2][j], p.glu_limit, p.glu_scale ? p.glu_scale[m0 + j] : 1.0f);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < RW; i++)
+#pragma unroll
+    for (int j = 0; j < MT; j++)
+      if (j < mt && wr[i] < p.w.rows) {
+        float* yp = p.y + (int64_t)(m0 + j) * p.ldy + wr[i];
+        *yp = p.accumulate ? *yp + acc[i][j] : acc[i][j];
+      }
 }
 
-// The weight rows block bx reads (qgemv_body's mapping: k_warps / WS groups of RW rows), as a
-// byte range: [*begin, *begin + *bytes). Rows of a view are contiguous in every format.
-template <weight_format F, int RW, int WS>
-__device__ __forceinline__ void block_weight_span(const qmatrix& w, unsigned bx, const char** begin, size_t* bytes) {
-  constexpr int rows_per_block = (k_warps / WS) * RW;
+// The weight rows block bx reads of one matrix (qgemv_body's mapping: k_warps / WS groups of
+// `ro` rows of each matrix), as a byte range: [*begin, *begin + *bytes). Rows of a view are
+// contiguous in every format.
+template <weight_format F, int WS>
+__device__ __forceinline__ void block_weight_span(const qmatrix& w, unsigned bx, int ro, const char** begin, size_t* bytes) {
+  const int64_t rows_per_block = (int64_t)(k_warps / WS) * ro;
   const int64_t r0 = (int64_t)bx * rows_per_block;
-  const int64_t n = max((int64_t)0, min((int64_t)rows_per_block, w.rows - r0));
+  const int64_t n = max((int64_t)0, min(rows_per_block, w.rows - r0));
   const int64_t row_bytes = F == weight_format::f32 ? 4 * w.cols : F == weight_format::bf16 ? 2 * w.cols
                           : F == weight_format::f8_e4m3 ? w.cols : w.cols / 2;
   *begin = static_cast<const char*>(w.data) + (w.row0 + r0) * row_bytes;
@@ -242,19 +278,26 @@ __device__ __forceinline__ void block_weight_span(const qmatrix& w, unsigned bx,
 }
 
 // Before waiting for the previous kernel (pdl_prefetch_entry): ask L2 for this block's weight
-// rows (first m tile only), so that the weights stream while the previous kernel finishes.
-template <weight_format F, int RW, int WS>
-__device__ __forceinline__ void prefetch_block_weights(const qmatrix& w, unsigned bx, unsigned by) {
+// rows (first m tile only; both matrices of a SwiGLU item), so that the weights stream while
+// the previous kernel finishes.
+template <weight_format F, int RW, int WS, bool G = false>
+__device__ __forceinline__ void prefetch_block_weights(const qgemv_params& p, unsigned bx, unsigned by) {
   if (by != 0) return;
+  const bool glu = G && RW % 2 == 0 && p.glu_up.data != nullptr;
+  const int ro = glu ? RW / 2 : RW;
   const char* b;
   size_t n;
-  block_weight_span<F, RW, WS>(w, bx, &b, &n);
+  block_weight_span<F, WS>(p.w, bx, ro, &b, &n);
   l2_prefetch(b, n);
+  if (glu) {
+    block_weight_span<F, WS>(p.glu_up, bx, ro, &b, &n);
+    l2_prefetch(b, n);
+  }
 }
 
 template <weight_format F, int V, int MT, int RW, int WS>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_kernel(qgemv_params p) {
-  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS>(p.w, blockIdx.x, blockIdx.y); });
+  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS>(p, blockIdx.x, blockIdx.y); });
   qgemv_body<F, V, MT, RW, WS>(p, blockIdx.x, blockIdx.y);
 }
 
@@ -265,22 +308,25 @@ struct qgemv_group {
   unsigned start[k_qgemv_group_max + 1] = {};
 };
 
-template <weight_format F, int V, int MT, int RW, int WS>
+template <weight_format F, int V, int MT, int RW, int WS, bool G>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g) {
   int i = 0;
   while (i + 1 < g.n && blockIdx.x >= g.start[i + 1]) ++i;
-  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS>(g.item[i].w, blockIdx.x - g.start[i], blockIdx.y); });
+  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y); });
   if (blockIdx.y * MT >= (unsigned)g.item[i].m) return;
-  qgemv_body<F, V, MT, RW, WS>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
+  qgemv_body<F, V, MT, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
 }
 
-// Routed experts: grid (blocks of wa's rows + blocks of wb's rows, items); the block reads its
-// item's expert view from the device array and runs qgemv_body at m = 1.
-template <weight_format F, int V, int RW, int WS>
+// Routed experts: grid (blocks of wa's rows + blocks of wb's rows, items) — or, SwiGLU items
+// (p.glu), blocks of wa's rows each reading both matrices; the block reads its item's expert
+// view from the device array and runs qgemv_body at m = 1.
+template <weight_format F, int V, int RW, int WS, bool G>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert_params p, unsigned blocks_a) {
   pdl_entry();
   const int i = (int)blockIdx.y;
-  const bool second = blockIdx.x >= blocks_a;
+  const bool glu = G && p.glu;
+  const bool second = !glu && blockIdx.x >= blocks_a;
+  __shared__ float s_weight;  // glu with route: the item's routing weight
   int e;
   if (p.route) {  // this row's routing, by warp 0 (moe_route's ids); the row's first block writes it
     __shared__ int32_t s_sel[k_route_max_k];
@@ -288,15 +334,25 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
     if (threadIdx.x < 32) route_row_warp(p.rp, r, (int)threadIdx.x, s_sel);
     __syncthreads();
     e = s_sel[i - r * p.x_div];
+    const float* lr = p.rp.logits + (size_t)r * p.rp.E;
     if (blockIdx.x == 0 && i == r * p.x_div && threadIdx.x == 0) {
       for (int k = 0; k < p.rp.K; ++k) p.rp.sel[(size_t)r * p.rp.K + k] = s_sel[k];
-      route_weights(p.rp, r, p.rp.logits + (size_t)r * p.rp.E, s_sel);
+      route_weights(p.rp, r, lr, s_sel);
+    }
+    if (glu) {
+      if (threadIdx.x == 0) s_weight = route_weight(p.rp, lr, s_sel, i - r * p.x_div);
+      __syncthreads();
     }
   } else {
     e = __ldg(p.sel + i);
   }
   qgemv_params q;
   q.w = second ? p.wb[e] : p.wa[e];
+  if (glu) {
+    q.glu_up = p.wb[e];
+    q.glu_limit = p.glu_limit;
+    q.glu_scale = p.route ? &s_weight : p.glu_scale ? p.glu_scale + i : nullptr;
+  }
   q.m = 1;
   q.x = p.x + (int64_t)(i / p.x_div) * p.ldx;
   q.ldx = p.ldx;
@@ -306,7 +362,7 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
   q.x_norm_w = p.x_norm_w;
   q.x_norm_eps = p.x_norm_eps;
   q.x_norm_inv = p.x_norm_inv ? p.x_norm_inv + i / p.x_div : nullptr;
-  qgemv_body<F, V, 1, RW, WS>(q, second ? blockIdx.x - blocks_a : blockIdx.x, 0);
+  qgemv_body<F, V, 1, RW, WS, G>(q, second ? blockIdx.x - blocks_a : blockIdx.x, 0);
 }
 
 int g_sms = 0;  // multiprocessors of the current device (read once)
@@ -319,9 +375,16 @@ status read_sms() {
   return {};
 }
 
+// Row groups of an item: RW rows each, RW / 2 of each matrix for a SwiGLU item.
+template <int RW>
+int64_t row_groups(const qgemv_params& p) {
+  const int ro = p.glu_up.data && RW > 1 ? RW / 2 : RW;
+  return (p.w.rows + ro - 1) / ro;
+}
+
 template <weight_format F, int V, int RW, int WS>
 status launch_ws(const qgemv_params& p, cudaStream_t s) {
-  const int64_t groups = (p.w.rows + RW - 1) / RW;
+  const int64_t groups = row_groups<RW>(p);
   constexpr int gpb = k_warps / WS;  // row groups per block
   const int mt = p.m >= 8 ? 8 : p.m >= 4 ? 4 : p.m >= 2 ? 2 : 1;
   const dim3 grid((unsigned)((groups + gpb - 1) / gpb), (unsigned)((p.m + mt - 1) / mt));
@@ -340,7 +403,7 @@ status launch_ws(const qgemv_params& p, cudaStream_t s) {
 template <weight_format F, int V, int RW>
 status launch_rw(const qgemv_params& p, cudaStream_t s) {
   if (auto st = read_sms(); !st.ok()) return st;
-  const int64_t groups = (p.w.rows + RW - 1) / RW;
+  const int64_t groups = row_groups<RW>(p);
   if (groups < (int64_t)g_sms * 8 && p.w.cols >= (int64_t)32 * V * 4) return launch_ws<F, V, RW, 4>(p, s);
   return launch_ws<F, V, RW, 1>(p, s);
 }
@@ -369,6 +432,15 @@ status check_params(const qgemv_params& p) {
   if ((w.format == weight_format::f32 || w.format == weight_format::bf16) && !aligned16(w.data))
     return bad("weight data must be 16-byte aligned");
   if (w.format != weight_format::f32 && w.format != weight_format::bf16 && !scaled) return bad("unknown weight format");
+  if (p.glu_up.data) {
+    const qmatrix& u = p.glu_up;
+    if (w.format == weight_format::f32) return bad("a SwiGLU item (glu_up) needs bf16, f8_e4m3 or fp4_e2m1 weights, not f32");
+    if (u.format != w.format || u.rows != w.rows || u.cols != w.cols || u.scale_block_rows != w.scale_block_rows ||
+        u.scale_cols != w.scale_cols || (scaled && !u.scale_e8m0 != !w.scale_e8m0))
+      return bad("glu_up differs from the gate matrix in format, shape or scale layout");
+    if (w.format == weight_format::bf16 && !aligned16(u.data)) return bad("glu_up data must be 16-byte aligned");
+    if (p.accumulate) return bad("a SwiGLU item cannot accumulate");
+  }
   return {};
 }
 
@@ -390,7 +462,7 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
   if (auto st = read_sms(); !st.ok()) return st;
   int64_t groups = 0, min_cols = INT64_MAX;
   for (int i = 0; i < n; ++i) {
-    groups += (items[i].w.rows + RW - 1) / RW;
+    groups += row_groups<RW>(items[i]);
     min_cols = std::min<int64_t>(min_cols, items[i].w.cols);
   }
   const bool split = groups < (int64_t)g_sms * 8 && min_cols >= (int64_t)32 * V * 4;
@@ -401,15 +473,21 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
   for (int i = 0; i < n; ++i) {
     g.item[i] = items[i];
     g.start[i] = blocks;
-    blocks += (unsigned)(((items[i].w.rows + RW - 1) / RW + gpb - 1) / gpb);
+    blocks += (unsigned)((row_groups<RW>(items[i]) + gpb - 1) / gpb);
   }
   g.start[n] = blocks;
   const int m = items[0].m;
   const int mt = m >= 8 ? 8 : m >= 4 ? 4 : m >= 2 ? 2 : 1;
   const dim3 grid(blocks, (unsigned)((m + mt - 1) / mt));
-#define CEDAR_QGEMV_GROUP(MT)                                                                   \
-  (split ? launch_kernel(qgemv_group_kernel<F, V, MT, RW, 4>, grid, k_warps * 32, 0, s, g)                 \
-         : launch_kernel(qgemv_group_kernel<F, V, MT, RW, 1>, grid, k_warps * 32, 0, s, g))
+  bool glu = false;  // a SwiGLU item: the instantiation with that form (never f32: check_params)
+  for (int i = 0; i < n; ++i) glu |= items[i].glu_up.data != nullptr;
+  constexpr bool can_glu = RW % 2 == 0;
+#define CEDAR_QGEMV_GROUP(MT)                                                                                   \
+  (can_glu && glu                                                                                              \
+       ? (split ? launch_kernel(qgemv_group_kernel<F, V, MT, RW, 4, can_glu>, grid, k_warps * 32, 0, s, g)       \
+                : launch_kernel(qgemv_group_kernel<F, V, MT, RW, 1, can_glu>, grid, k_warps * 32, 0, s, g))      \
+       : (split ? launch_kernel(qgemv_group_kernel<F, V, MT, RW, 4, false>, grid, k_warps * 32, 0, s, g)         \
+                : launch_kernel(qgemv_group_kernel<F, V, MT, RW, 1, false>, grid, k_warps * 32, 0, s, g)))
   switch (mt) {
     case 1: CEDAR_QGEMV_GROUP(1); break;
     case 2: CEDAR_QGEMV_GROUP(2); break;
@@ -438,13 +516,21 @@ namespace {
 template <weight_format F, int V, int RW>
 status launch_expert(const qgemv_expert_params& p, cudaStream_t s) {
   if (auto st = read_sms(); !st.ok()) return st;
-  const int64_t ga = (p.like_a.rows + RW - 1) / RW, gb = p.wb ? (p.like_b.rows + RW - 1) / RW : 0;
+  constexpr int64_t half = RW > 1 ? RW / 2 : 1;  // SwiGLU: RW / 2 rows of each matrix (never f32, RW 1)
+  const int64_t ga = p.glu ? (p.like_a.rows + half - 1) / half : (p.like_a.rows + RW - 1) / RW;
+  const int64_t gb = p.wb && !p.glu ? (p.like_b.rows + RW - 1) / RW : 0;
   const bool split = (ga + gb) * p.n < (int64_t)g_sms * 8 && p.like_a.cols >= (int64_t)32 * V * 4;
   const int gpb = split ? k_warps / 4 : k_warps;
   const unsigned ba = (unsigned)((ga + gpb - 1) / gpb), bb = (unsigned)((gb + gpb - 1) / gpb);
   const dim3 grid(ba + bb, (unsigned)p.n);
-  if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4>, grid, k_warps * 32, 0, s, p, ba);
-  else launch_kernel(qgemv_expert_kernel<F, V, RW, 1>, grid, k_warps * 32, 0, s, p, ba);
+  constexpr bool can_glu = RW % 2 == 0;  // (f32 has no SwiGLU form: qgemv_expert refuses it)
+  if (can_glu && p.glu) {
+    if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, can_glu>, grid, k_warps * 32, 0, s, p, ba);
+    else launch_kernel(qgemv_expert_kernel<F, V, RW, 1, can_glu>, grid, k_warps * 32, 0, s, p, ba);
+  } else {
+    if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, false>, grid, k_warps * 32, 0, s, p, ba);
+    else launch_kernel(qgemv_expert_kernel<F, V, RW, 1, false>, grid, k_warps * 32, 0, s, p, ba);
+  }
   CEDAR_CUDA_LAUNCHED("qgemv (experts)");
   return {};
 }
@@ -458,11 +544,16 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
   if (!p.wa || !p.sel || !p.x || !p.y) return bad("null expert array, ids, x or y");
   qgemv_params probe;  // the shape checks of qgemv, on the host copy of one expert
   probe.w = p.like_a, probe.m = 1, probe.x = p.x, probe.ldx = p.ldx, probe.y = p.y, probe.x_norm_w = p.x_norm_w;
-  probe.ldy = (int)(p.like_a.rows + (p.wb ? p.like_b.rows : 0));
+  probe.ldy = (int)(p.like_a.rows + (p.wb && !p.glu ? p.like_b.rows : 0));
   if (p.ldy < probe.ldy) return bad("ldy " + std::to_string(p.ldy) + " < the rows of both matrices " + std::to_string(probe.ldy));
   if (auto st = check_params(probe); !st.ok()) return bad(st.err().message);
   if (p.wb && (p.like_b.format != p.like_a.format || p.like_b.cols != p.like_a.cols))
     return bad("the second matrix differs from the first in format or columns");
+  if (p.glu) {
+    if (!p.wb) return bad("a SwiGLU launch (glu) needs the up matrices (wb)");
+    probe.glu_up = p.like_b, probe.ldy = (int)p.like_a.rows;
+    if (auto st = check_params(probe); !st.ok()) return bad(st.err().message);
+  }
   switch (class_of(p.like_a)) {
     case launch_class::f32: return launch_expert<weight_format::f32, 8, 1>(p, stream);
     case launch_class::bf16: return launch_expert<weight_format::bf16, 8, 2>(p, stream);
@@ -475,6 +566,7 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
 status qgemv(const qgemv_params& p, cudaStream_t stream) {
   if (auto st = check_params(p); !st.ok()) return st;
   if (qgemv_mma_applies(p)) return qgemv_mma(&p, 1, stream);
+  if (p.glu_up.data) return launch_class_group(class_of(p.w), &p, 1, stream);  // the SwiGLU form
   switch (class_of(p.w)) {
     case launch_class::f32: return launch_rw<weight_format::f32, 8, 1>(p, stream);
     case launch_class::bf16: return launch_rw<weight_format::bf16, 8, 2>(p, stream);
@@ -494,25 +586,33 @@ status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
                                                     std::to_string(items[i].m) + ", item 0 has " + std::to_string(items[0].m));
   }
   // one launch per class, in chunks of k_qgemv_group_max, items in their given order; the bf16
-  // class goes to the tensor-core kernel when m > k_qgemv_m_tile (one m: all its items or none)
+  // class goes to the tensor-core kernel when m > k_qgemv_m_tile (one m: all its items or none),
+  // its SwiGLU items then in a vector launch of their own (pass 1)
   auto launch = [stream](int c, const qgemv_params* chunk, int k) {
     if (c == (int)launch_class::bf16 && qgemv_mma_applies(chunk[0])) return qgemv_mma(chunk, k, stream);
     return launch_class_group((launch_class)c, chunk, k, stream);
   };
+  if (n == 0) return {};
+  qgemv_params plain = items[0];
+  plain.glu_up = qmatrix{};
+  plain.w.format = weight_format::bf16;
+  const bool mma_m = qgemv_mma_applies(plain);  // bf16 items of this m take the tensor cores
   qgemv_params chunk[k_qgemv_group_max];
-  for (int c = 0; c <= (int)launch_class::fp4; ++c) {
-    int k = 0;
-    for (int i = 0; i < n; ++i) {
-      if ((int)class_of(items[i].w) != c) continue;
-      chunk[k++] = items[i];
-      if (k == k_qgemv_group_max) {
-        if (auto st = launch(c, chunk, k); !st.ok()) return st;
-        k = 0;
+  for (int c = 0; c <= (int)launch_class::fp4; ++c)
+    for (int pass = 0; pass < (c == (int)launch_class::bf16 && mma_m ? 2 : 1); ++pass) {
+      int k = 0;
+      for (int i = 0; i < n; ++i) {
+        if ((int)class_of(items[i].w) != c) continue;
+        if (c == (int)launch_class::bf16 && mma_m && (items[i].glu_up.data != nullptr) != (pass == 1)) continue;
+        chunk[k++] = items[i];
+        if (k == k_qgemv_group_max) {
+          if (auto st = launch(c, chunk, k); !st.ok()) return st;
+          k = 0;
+        }
       }
+      if (k > 0)
+        if (auto st = launch(c, chunk, k); !st.ok()) return st;
     }
-    if (k > 0)
-      if (auto st = launch(c, chunk, k); !st.ok()) return st;
-  }
   return {};
 }
 

@@ -46,6 +46,15 @@ struct qgemv_params {
   float x_norm_eps = 0.0f;
   const float* x_norm_inv = nullptr;  // [m] the rows' factors when known (else each block sums the
                                       // squares in its pass over x and scales its sums at the end)
+  // optional SwiGLU epilogue (an FFN's up projections in one item, no swiglu_rows launch after
+  // them): w is the gate matrix and glu_up the up matrix, of the same format, shape and scale
+  // layout (not f32); y[m, r] = swiglu_rows' a = silu(min(g, limit)) · clamp(u, ±limit) ·
+  // glu_scale[m] (limit 0: no clamp; glu_scale null: 1) for g, u the two products — the same
+  // sums as two plain items, so the same bits as those then swiglu_rows. y is rows wide. Always
+  // the vector path (at m > k_qgemv_m_tile too: it re-reads the weights once per 8 rows).
+  qmatrix glu_up;
+  float glu_limit = 0.0f;
+  const float* glu_scale = nullptr;  // [m]
 };
 
 constexpr int k_qgemv_m_tile = 8;
@@ -90,6 +99,13 @@ struct qgemv_expert_params {
   // rp.sel and rp.weight (rp.sel == sel)
   bool route = false;
   moe_route_params rp;
+  // glu: SwiGLU epilogue (qgemv_params' glu_up): wa the gate matrices, wb the up matrices, and
+  // y[i, 0 : A] = silu(min(g, glu_limit)) · clamp(u, ±glu_limit) · weight of item i — route's
+  // weight of the item (computed in the block, the same bits as moe_route's) when routing, else
+  // glu_scale[i] (null: 1); ldy ≥ A
+  bool glu = false;
+  float glu_limit = 0.0f;
+  const float* glu_scale = nullptr;  // [n]
 };
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
 

@@ -312,7 +312,7 @@ bool qgemv_mma_enabled() { return mma_flag().load(std::memory_order_relaxed) != 
 void set_qgemv_mma(bool on) { mma_flag().store(on ? 1 : 0, std::memory_order_relaxed); }
 
 bool qgemv_mma_applies(const qgemv_params& p) {
-  return p.w.format == weight_format::bf16 && p.m > k_qgemv_m_tile && qgemv_mma_enabled();
+  return p.w.format == weight_format::bf16 && p.m > k_qgemv_m_tile && !p.glu_up.data && qgemv_mma_enabled();
 }
 
 status qgemv_mma(const qgemv_params* items, int n, cudaStream_t stream) {

@@ -830,20 +830,6 @@ int split_count(int64_t blocks, int64_t want, int max_tiles) {
 // blocks, each dequantising one key tile).
 constexpr int64_t k_mma_min_blocks = 8;
 
-// A whole-number setting from the environment in [lo, hi], read by the caller once; unset or
-// empty -> dflt; anything else -> a warning naming it, dflt.
-int env_choice(const char* name, int lo, int hi, int dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  const long m = std::strtol(v, &end, 10);
-  if (*end || m < lo || m > hi) {
-    std::fprintf(stderr, "cedar: %s=%s is not a whole number in [%d, %d]; using %d\n", name, v, lo, hi, dflt);
-    return dflt;
-  }
-  return (int)m;
-}
-
 int mma_mode() {
   // CEDAR_CUDA_ATTN_MMA (read once): 0 the fp32 kernel only; 1 (default) the built-in rule: the
   // tensor-core kernel from k_mma_min_blocks (row, 16-head group) blocks (prefill chunks, decode

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/qgemv.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
 
@@ -764,3 +765,202 @@ TEST(cuda_qgemv_mma_grouped, mixed_items_match_the_oracle) {
 }
 
 }  // namespace
+
+// The SwiGLU epilogue (qgemv_params::glu_up, qgemv_expert_params::glu, moe_up_swiglu): the
+// activation written by the up projection equals, bit for bit, the two plain projections then
+// swiglu_rows — per format (bf16, fp8 with 16- and 8-wide loads, fp4), m 1 to 11 (past the
+// 8-row tile, and past the tensor-core threshold for bf16: the SwiGLU item stays on the vector
+// path, its reference is taken with the tensor cores off), x normalised on the fly (the factor
+// deferred or given), the limit clamp on or off, row scales or none; a plain item grouped with a
+// SwiGLU item keeps its own bits; the routed form with the routing in the launch gives
+// moe_route's weights' bits; an f32 or mismatched up matrix is an error naming it.
+namespace {
+
+struct glu_mats {
+  host_weight gate, up;
+  std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+  kc::qmatrix vg, vu;
+};
+
+kc::qmatrix dev_view(const host_weight& h, std::vector<std::unique_ptr<dev_array<uint8_t>>>& keep) {
+  keep.push_back(std::make_unique<dev_array<uint8_t>>(h.data));
+  kc::qmatrix q;
+  q.format = h.fmt, q.rows = h.rows, q.cols = h.cols, q.data = keep.back()->p;
+  if (!h.scales.empty()) {
+    keep.push_back(std::make_unique<dev_array<uint8_t>>(h.scales));
+    q.scale_e8m0 = keep.back()->p;
+  }
+  q.scale_block_rows = h.block_rows, q.scale_cols = (h.cols + 31) / 32;
+  return q;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+}
+
+}  // namespace
+
+TEST(cuda_qgemv_swiglu, epilogue_gives_the_bits_of_two_projections_and_swiglu_rows) {
+  CEDAR_REQUIRE_GPU();
+  struct spec {
+    F f;
+    int64_t rows, cols;
+    int br;
+  };
+  const bool mma_was = cu::qgemv_mma_enabled();
+  int cases = 0;
+  for (const spec& sp : {spec{F::bf16, 200, 512, 1}, spec{F::f8_e4m3, 96, 1024, 32}, spec{F::f8_e4m3, 70, 520, 32},
+                         spec{F::fp4_e2m1, 130, 2048, 1}, spec{F::bf16, 768, 2048, 1}})
+    for (int m : {1, 3, 8, 11})
+      for (int variant = 0; variant < 3; ++variant) {  // 0: no norm, no scale, no limit; 1: deferred norm,
+                                                       // scale, limit; 2: given factors, limit
+        std::mt19937 g(31u * (unsigned)sp.rows + (unsigned)m * 7u + (unsigned)variant);
+        const int64_t Fr = sp.rows, d = sp.cols;
+        host_weight hg = make_weight(g, sp.f, Fr, d, sp.br), hu = make_weight(g, sp.f, Fr, d, sp.br);
+        host_weight hp = make_weight(g, sp.f, 24, d, sp.br);  // a plain item in the same group
+        std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+        const kc::qmatrix vg = dev_view(hg, keep), vu = dev_view(hu, keep), vp = dev_view(hp, keep);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> x((size_t)m * d), nw((size_t)d), inv((size_t)m), scale((size_t)m);
+        for (auto& v : x) v = 3.0f * nd(g);
+        for (auto& v : nw) v = nd(g);
+        for (auto& v : inv) v = 0.3f + 0.1f * std::fabs(nd(g));
+        for (auto& v : scale) v = 0.5f + std::fabs(nd(g));
+        dev_array<float> dx(x), dnw(nw), dinv(inv), dscale(scale);
+        dev_array<float> dh((size_t)m * 2 * Fr), dref((size_t)m * Fr), dact((size_t)m * Fr), dpl((size_t)m * 24),
+            dpl_ref((size_t)m * 24);
+        dh.poison(), dref.poison(), dact.poison(), dpl.poison(), dpl_ref.poison();
+        const float limit = variant ? 0.7f : 0.0f;
+        auto item = [&](const kc::qmatrix& w, float* y, int ldy) {
+          cu::qgemv_params p;
+          p.w = w, p.m = m, p.x = dx.p, p.ldx = (int)d, p.y = y, p.ldy = ldy;
+          if (variant >= 1) p.x_norm_w = dnw.p, p.x_norm_eps = 1e-6f;
+          if (variant == 2) p.x_norm_inv = dinv.p;
+          return p;
+        };
+        // reference: gate and up as plain items into h [m, 2F], the plain item alone, then
+        // swiglu_rows (vector path: the SwiGLU item never takes the tensor cores)
+        cu::set_qgemv_mma(false);
+        const cu::qgemv_params ref[3] = {item(vg, dh.p, (int)(2 * Fr)), item(vu, dh.p + Fr, (int)(2 * Fr)),
+                                         item(vp, dpl_ref.p, 24)};
+        auto st = cu::qgemv_grouped(ref, 3, nullptr);
+        cu::set_qgemv_mma(mma_was);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        ASSERT_TRUE(cu::swiglu_rows(dh.p, m, (int)Fr, limit, variant == 1 ? dscale.p : nullptr, dref.p, nullptr).ok());
+        // the SwiGLU item grouped with the plain one (tensor cores as configured: the plain bf16
+        // item may take them at m > 8, so its bits are compared on the vector path only)
+        cu::qgemv_params glu = item(vg, dact.p, (int)Fr);
+        glu.glu_up = vu, glu.glu_limit = limit, glu.glu_scale = variant == 1 ? dscale.p : nullptr;
+        const cu::qgemv_params both[2] = {glu, item(vp, dpl.p, 24)};
+        st = cu::qgemv_grouped(both, 2, nullptr);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto got = dact.download(), want = dref.download();
+        for (float v : got) ASSERT_TRUE(std::isfinite(v)) << "an activation was not written";
+        ASSERT_TRUE(same_bits(got, want)) << "format " << (int)sp.f << " rows " << Fr << " m " << m << " variant " << variant;
+        if (!(sp.f == F::bf16 && m > cu::k_qgemv_m_tile && mma_was)) {
+          ASSERT_TRUE(same_bits(dpl.download(), dpl_ref.download())) << "the plain item beside the SwiGLU one";
+        }
+        // qgemv (one item) takes the same form
+        dact.poison();
+        st = cu::qgemv(glu, nullptr);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_TRUE(same_bits(dact.download(), want)) << "qgemv, m " << m;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 60);
+
+  // errors: an f32 SwiGLU item, an up matrix of another shape
+  {
+    std::vector<float> host(64, 1.0f);
+    dev_array<float> dd(host);
+    cu::qgemv_params p;
+    p.w.format = F::f32, p.w.rows = 2, p.w.cols = 8, p.w.data = dd.p;
+    p.m = 1, p.x = dd.p, p.ldx = 8, p.y = dd.p, p.ldy = 2;
+    p.glu_up = p.w;
+    auto st = cu::qgemv(p, nullptr);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("not f32"), std::string::npos) << st.err().message;
+    p.w.format = p.glu_up.format = F::bf16;
+    p.glu_up.rows = 3;
+    st = cu::qgemv_grouped(&p, 1, nullptr);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("glu_up differs"), std::string::npos) << st.err().message;
+  }
+}
+
+TEST(cuda_qgemv_swiglu, routed_experts_up_and_swiglu_in_one_launch) {
+  CEDAR_REQUIRE_GPU();
+  struct spec {
+    F f;
+    int64_t Fr, d;
+    int br, E, R, K;
+  };
+  for (const spec& sp : {spec{F::bf16, 96, 512, 1, 5, 3, 2}, spec{F::f8_e4m3, 64, 1024, 32, 4, 2, 2},
+                         spec{F::f8_e4m3, 40, 520, 32, 3, 1, 3}, spec{F::fp4_e2m1, 128, 2048, 1, 6, 5, 3},
+                         spec{F::bf16, 768, 2048, 1, 16, 1, 2}}) {
+    std::mt19937 g(77u + (unsigned)sp.Fr + (unsigned)sp.f);
+    std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+    std::vector<kc::qmatrix> v1, v3;
+    for (int e = 0; e < sp.E; ++e) {
+      v1.push_back(dev_view(make_weight(g, sp.f, sp.Fr, sp.d, sp.br), keep));
+      v3.push_back(dev_view(make_weight(g, sp.f, sp.Fr, sp.d, sp.br), keep));
+    }
+    auto up_array = [](const std::vector<kc::qmatrix>& v) {
+      return dev_array<uint8_t>(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                                     reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+    };
+    dev_array<uint8_t> d1 = up_array(v1), d3 = up_array(v3);
+    const auto* w1 = reinterpret_cast<const kc::qmatrix*>(d1.p);
+    const auto* w3 = reinterpret_cast<const kc::qmatrix*>(d3.p);
+    const int n = sp.R * sp.K, F_ = (int)sp.Fr, d = (int)sp.d;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x((size_t)sp.R * d), nw((size_t)d), lg((size_t)sp.R * sp.E), bias((size_t)sp.E);
+    for (auto& v : x) v = 2.0f * nd(g);
+    for (auto& v : nw) v = nd(g);
+    for (auto& v : lg) v = 1.5f * nd(g);
+    for (auto& v : bias) v = 0.1f * nd(g);
+    dev_array<float> dx(x), dnw(nw), dl(lg), dbias(bias), dw_ref((size_t)n), dw((size_t)n);
+    dev_array<int32_t> dsel_ref((size_t)n), dsel((size_t)n);
+    dev_array<float> dh((size_t)n * 2 * F_), dref((size_t)n * F_), dact((size_t)n * F_);
+    dw.poison(), dsel.poison(), dh.poison(), dref.poison(), dact.poison();
+    cu::moe_route_params rp;
+    rp.R = sp.R, rp.E = sp.E, rp.K = sp.K, rp.logits = dl.p, rp.bias = dbias.p, rp.route_scale = 2.5f;
+    rp.sel = dsel_ref.p, rp.weight = dw_ref.p;
+    const float limit = 0.9f;
+    // reference: moe_route, moe_up, swiglu_rows with the route's weights
+    ASSERT_TRUE(cu::moe_route(rp, nullptr).ok());
+    auto st = cu::moe_up(w1, w3, v1[0], v3[0], dsel_ref.p, sp.R, sp.K, dx.p, d, F_, dh.p, nullptr, dnw.p, 1e-6f);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_TRUE(cu::swiglu_rows(dh.p, n, F_, limit, dw_ref.p, dref.p, nullptr).ok());
+    // the weights given (moe_route's): one launch
+    st = cu::moe_up_swiglu(w1, w3, v1[0], v3[0], dsel_ref.p, sp.R, sp.K, dx.p, d, F_, limit, dw_ref.p, dact.p, nullptr,
+                           dnw.p, 1e-6f);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto want = dref.download();
+    ASSERT_TRUE(same_bits(dact.download(), want)) << "weights given, format " << (int)sp.f;
+    // routed in the launch: the same ids, weights and activations
+    dact.poison();
+    cu::moe_route_params rs = rp;
+    rs.sel = dsel.p, rs.weight = dw.p;
+    st = cu::moe_up_swiglu(w1, w3, v1[0], v3[0], dsel.p, sp.R, sp.K, dx.p, d, F_, limit, nullptr, dact.p, nullptr, dnw.p,
+                           1e-6f, nullptr, &rs);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dsel.download(), dsel_ref.download()) << "routed ids";
+    ASSERT_TRUE(same_bits(dw.download(), dw_ref.download())) << "route weights";
+    ASSERT_TRUE(same_bits(dact.download(), want)) << "self-routed, format " << (int)sp.f;
+  }
+  // f32 experts have no SwiGLU form: an error naming it
+  std::vector<float> host(64, 1.0f);
+  dev_array<float> dd(host);
+  kc::qmatrix like;
+  like.format = F::f32, like.rows = 2, like.cols = 8, like.data = dd.p;
+  const auto* arr = reinterpret_cast<const kc::qmatrix*>(dd.p);
+  const auto st = cu::moe_up_swiglu(arr, arr, like, like, reinterpret_cast<const int32_t*>(dd.p), 1, 1, dd.p, 8, 2, 0.0f,
+                                    nullptr, dd.p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("not f32"), std::string::npos) << st.err().message;
+}
