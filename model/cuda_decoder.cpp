@@ -235,6 +235,7 @@ class cuda_backend final : public backend {
     fold_combine_ = !env_off("CEDAR_CUDA_FOLD_COMBINE");
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     fuse_swiglu_ = !env_off("CEDAR_CUDA_FUSE_SWIGLU");
+    swa_side_ = !env_off("CEDAR_CUDA_SWA_SIDE");
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
@@ -257,6 +258,8 @@ class cuda_backend final : public backend {
     for (cudaEvent_t ev : side_events_)
       if (ev) cudaEventDestroy(ev);
     for (cudaEvent_t ev : moe_events_)
+      if (ev) cudaEventDestroy(ev);
+    for (cudaEvent_t ev : swa_events_)
       if (ev) cudaEventDestroy(ev);
     if (side_) cudaStreamDestroy(side_);
     if (moe_stream_) cudaStreamDestroy(moe_stream_);
@@ -370,6 +373,12 @@ class cuda_backend final : public backend {
   // swiglu_rows launch on either expert path (not for f32 weights, nor for bf16 shared experts
   // of steps on tensor cores). CEDAR_CUDA_FUSE_SWIGLU=0: the launches (A/B runs).
   bool fuse_swiglu_ = true;
+  // this token's SWA entry (norm, RoPE, FP8 into the ring) on the expert stream, idle until the
+  // FFN: forked after the projection that writes kv, joined before the attention, so the pack
+  // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only
+  // (CEDAR_CUDA_SWA_SIDE=0: in the step's pack launch, A/B runs)
+  bool swa_side_ = true;
+  cudaEvent_t swa_events_[2] = {nullptr, nullptr};  // fork, join
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
   bool fold_combine_ = true;
@@ -545,6 +554,8 @@ status cuda_backend::init() {
   if (moe_side_) {
     CEDAR_CU(cudaStreamCreateWithFlags(&moe_stream_, cudaStreamNonBlocking), "cuda backend: expert stream");
     for (cudaEvent_t& ev : moe_events_)
+      CEDAR_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda backend: event");
+    for (cudaEvent_t& ev : swa_events_)
       CEDAR_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cuda backend: event");
   }
   const model_config& c = e_.config();
@@ -1311,6 +1322,21 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         if (indexed && !cut) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv_in);
         if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
       }
+      // this token's SWA entry: norm, RoPE, FP8 into its ring slot (q's RoPE is applied by the
+      // attention kernel as it reads q) — on the expert stream while q_b's projection runs
+      // (swa_side_), else in the pack launch below
+      const float* rc = li.ratio > 0 ? d_cosc : d_cosm;
+      const float* rs = li.ratio > 0 ? d_sinc : d_sinm;
+      kcu::norm_rope_pack_params swa;
+      swa.R = B, swa.n = hd, swa.x = kvr, swa.norm_w = b.kv_norm, swa.eps = eps, swa.cos = rc, swa.sin = rs, swa.np = np;
+      swa.kind = kcu::pack_kind::fp8_swa, swa.dst = (uint8_t* const*)at(o_rdst) + (size_t)l * B;
+      const bool swa_fork = !cut && swa_side_ && moe_stream_;
+      if (swa_fork) {
+        CEDAR_CU(cudaEventRecord(swa_events_[0], stream_), "cuda backend: fork SWA entry");
+        CEDAR_CU(cudaStreamWaitEvent(moe_stream_, swa_events_[0], 0), "cuda backend: fork SWA entry");
+        CEDAR_TRY(kcu::norm_rope_pack(swa, moe_stream_));
+        CEDAR_CU(cudaEventRecord(swa_events_[1], moe_stream_), "cuda backend: join SWA entry");
+      }
       // the cache entries of this step: norm, RoPE and encoding jobs, launched together below
       kcu::norm_rope_pack_params packs[kcu::k_norm_rope_pack_max];
       int npacks = 0;
@@ -1347,8 +1373,6 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         lp.kind = kcu::pack_kind::fp4_kv, lp.dst = (uint8_t* const*)at(o_dmain) + k0;
       }
       // --- attention ---
-      const float* rc = li.ratio > 0 ? d_cosc : d_cosm;
-      const float* rs = li.ratio > 0 ? d_sinc : d_sinm;
       {  // the projections of the q latent, normalised on the fly: q heads, indexer queries; and
          // the compressor's index key from the new latent
         kcu::qgemv_params it[3];
@@ -1362,18 +1386,13 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         if (npacks > 0) CEDAR_TRY(kcu::norm_rope_pack_many(packs, npacks, stream_));
         break;
       }
-      {  // this token's SWA entry: norm, RoPE, FP8 into its ring slot (q's RoPE is applied by
-         // the attention kernel as it reads q)
-        kcu::norm_rope_pack_params& kp = packs[npacks++];
-        kp.R = B, kp.n = hd, kp.x = kvr, kp.norm_w = b.kv_norm, kp.eps = eps, kp.cos = rc, kp.sin = rs, kp.np = np;
-        kp.kind = kcu::pack_kind::fp8_swa, kp.dst = (uint8_t* const*)at(o_rdst) + (size_t)l * B;
-      }
+      if (!swa_fork) packs[npacks++] = swa;
       if (indexed) {  // indexer queries: RoPE, then their FP4 round trip
         kcu::norm_rope_pack_params& qp = packs[npacks++];
         qp.R = B * Hi, qp.nvec = Hi, qp.n = Di, qp.x = qi, qp.cos = d_cosc, qp.sin = d_sinc, qp.np = np;
         qp.kind = kcu::pack_kind::fp4_index_fake, qp.write_back = true;
       }
-      CEDAR_TRY(kcu::norm_rope_pack_many(packs, npacks, stream_));
+      if (npacks > 0) CEDAR_TRY(kcu::norm_rope_pack_many(packs, npacks, stream_));
       int src = -1;
       if (li.ratio > 0) src = seqs[0]->source_of_layer(li.kv_source);
       if (indexed && nh < B) {
@@ -1430,6 +1449,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         ap.workspace = attn_ws;
         ap.workspace_floats = attn_ws_floats;
         ap.done = attn_done;
+        if (swa_fork) CEDAR_CU(cudaStreamWaitEvent(stream_, swa_events_[1], 0), "cuda backend: join SWA entry");
         CEDAR_TRY(kcu::sparse_attention(ap, stream_));
       }
       {
