@@ -4,10 +4,15 @@
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
+#include <cooperative_groups.h>
+
+#include <atomic>
 #include <string>
 
 namespace cedar::kernels::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 // ---- scores: grid (ceil(E / k_score_threads), R), one thread per entry; q and w of the row in shared ----
 // Generic Di: decodes each key channel once per head (the fallback). Di of 32/64/128: the
@@ -306,6 +311,134 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
   if (threadIdx.x == 0) nout[r] = k;
 }
 
+// ---- top-k of a few rows: a thread block cluster per row ----------------------------------------
+// The same radix select and compaction, the row's ids cut into k_topk_cl contiguous slices, one
+// block each (thread t of block s owns ids s·k_topk_cl_threads·C + [t·C, t·C + C)): each block
+// counts its keys into its own histogram (lane copies, as above), the cluster's blocks read one
+// another's bin counts through distributed shared memory and every block picks the same digit;
+// the compaction adds the counts of the lower slices. One block per row left a row's 8–16K keys
+// to one multiprocessor (9–15 µs per launch in a batch-1 step); 8 take an eighth each.
+constexpr int k_topk_cl = 8;            // blocks per row (the portable cluster size)
+constexpr int k_topk_cl_threads = 256;
+
+template <int C>
+__global__ void __launch_bounds__(k_topk_cl_threads) topk_cluster_kernel(const float* score, int E, int K, int32_t* ids,
+                                                                         int* nout) {
+  pdl_entry();
+  cg::cluster_group cl = cg::this_cluster();
+  __shared__ __align__(16) uint32_t hist[k_topk_bins * 32];  // [bin][lane]
+  __shared__ uint32_t cnt[2][k_topk_bins];                    // this block's bins, pass parity (read by the cluster)
+  __shared__ int xch[3];                                      // finite keys, keys above, ties (read by the cluster)
+  __shared__ int tot[32];
+  __shared__ uint32_t s_prefix, s_mask;
+  __shared__ int s_need;
+  const int r = blockIdx.y, sb = (int)cl.block_rank();
+  const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, nw = k_topk_cl_threads / 32;
+  const float* s = score + (size_t)r * E;
+  const uint32_t neg_inf_key = order_key(-INFINITY);
+  const int lo = (sb * k_topk_cl_threads + (int)threadIdx.x) * C;
+  uint32_t key[C];
+  bool vec = false;
+  if constexpr (C % 4 == 0) {
+    vec = E % 4 == 0 && (reinterpret_cast<uintptr_t>(score) & 15u) == 0;
+    if (vec) {
+#pragma unroll
+      for (int j = 0; j < C; j += 4) {
+        if (lo + j < E) {  // E and lo are multiples of 4: a float4 is all in or all out
+          const float4 v = *reinterpret_cast<const float4*>(s + lo + j);
+          key[j] = order_key(v.x), key[j + 1] = order_key(v.y), key[j + 2] = order_key(v.z), key[j + 3] = order_key(v.w);
+        } else {
+          key[j] = key[j + 1] = key[j + 2] = key[j + 3] = neg_inf_key;
+        }
+      }
+    }
+  }
+  if (!vec) {
+#pragma unroll
+    for (int j = 0; j < C; ++j) key[j] = lo + j < E ? order_key(s[lo + j]) : neg_inf_key;
+  }
+  int nfin = 0;
+#pragma unroll
+  for (int j = 0; j < C; ++j) nfin += key[j] > neg_inf_key;
+  int fin_block = 0;
+  (void)block_exclusive_scan(nfin, tot, &fin_block);
+  if (threadIdx.x == 0) {
+    xch[0] = fin_block;
+    s_prefix = 0;
+    s_mask = 0;
+  }
+  cl.sync();
+  int finite = 0;
+  for (int q = 0; q < k_topk_cl; ++q) finite += *cl.map_shared_rank(xch, q);
+  const int k = min(K, finite);
+  if (threadIdx.x == 0) s_need = k;
+  __syncthreads();
+  if (k > 0) {
+    int pass = 0;
+    for (int shift = 24; shift >= 0; shift -= 8, ++pass) {
+      for (int i = threadIdx.x; i < k_topk_bins * 32 / 4; i += k_topk_cl_threads)
+        reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
+      __syncthreads();
+      const uint32_t prefix = s_prefix, mask = s_mask;
+      const int need = s_need;
+#pragma unroll
+      for (int j = 0; j < C; ++j)
+        if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&hist[(((key[j] >> shift) & 255u) << 5) + lane], 1u);
+      __syncthreads();
+      uint32_t* mine = cnt[pass & 1];
+      for (int b = warp; b < k_topk_bins; b += nw) {
+        const uint32_t c = __reduce_add_sync(0xffffffffu, hist[b * 32 + lane]);
+        if (lane == 0) mine[b] = c;
+      }
+      // every block's counts complete (and a block writes this parity again only after the next
+      // sync, when every block has read it)
+      cl.sync();
+      int h = 0;
+      if (threadIdx.x < k_topk_bins)
+        for (int q = 0; q < k_topk_cl; ++q) h += (int)*cl.map_shared_rank(mine + 255 - threadIdx.x, q);
+      int all = 0;
+      const int before = block_exclusive_scan(h, tot, &all);
+      if (threadIdx.x < k_topk_bins && before < need && before + h >= need) {
+        s_prefix = prefix | ((uint32_t)(255 - threadIdx.x) << shift);
+        s_mask = mask | (255u << shift);
+        s_need = need - before;
+      }
+      __syncthreads();
+    }
+  }
+  const uint32_t thr = s_prefix;
+  const int need_ties = s_need;
+  int above = 0, ties = 0;
+  if (k > 0) {
+#pragma unroll
+    for (int j = 0; j < C; ++j) above += key[j] > thr, ties += key[j] == thr;
+  }
+  int n_above = 0, n_ties = 0;
+  int above_before = block_exclusive_scan(above, tot, &n_above);
+  int tie_rank = block_exclusive_scan(ties, tot, &n_ties);
+  if (threadIdx.x == 0) xch[1] = n_above, xch[2] = n_ties;
+  cl.sync();
+  for (int q = 0; q < sb; ++q) {  // the lower slices come first in id order
+    above_before += *cl.map_shared_rank(xch + 1, q);
+    tie_rank += *cl.map_shared_rank(xch + 2, q);
+  }
+  if (k > 0) {
+    int out_pos = above_before + min(tie_rank, need_ties);
+    int32_t* o = ids + (size_t)r * K;
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      if (key[j] > thr) {
+        o[out_pos++] = lo + j;
+      } else if (key[j] == thr) {
+        if (tie_rank < need_ties) o[out_pos++] = lo + j;
+        ++tie_rank;
+      }
+    }
+  }
+  if (threadIdx.x == 0 && sb == 0) nout[r] = k;
+  cl.sync();  // no block leaves while another may still read its shared memory
+}
+
 __global__ void ids_to_mask_kernel(const int32_t* ids, const int* n, int K, int nb, uint8_t* allowed) {
   pdl_entry();
   const int r = blockIdx.x;
@@ -315,7 +448,11 @@ __global__ void ids_to_mask_kernel(const int32_t* ids, const int* n, int K, int 
   for (int j = threadIdx.x; j < n[r]; j += blockDim.x) m[ids[(size_t)r * K + j]] = 1;
 }
 
+std::atomic<int> g_topk_cluster{-1};  // set_topk_cluster (tests, benchmarks); −1: the environment's
+
 }  // namespace
+
+void set_topk_cluster(int on) { g_topk_cluster = on < 0 ? -1 : on ? 1 : 0; }
 
 status ids_to_mask(const int32_t* ids, const int* n, int R, int K, int nb, uint8_t* allowed,
                    cudaStream_t stream) {
@@ -364,9 +501,24 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
     return make_error(errc::invalid_argument, "cuda::topk: R " + std::to_string(R) + ", E " + std::to_string(E) +
                                                   ", K " + std::to_string(K));
   if (R == 0) return {};
+  static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 1) != 0;
+  // a cluster per row for the rows of a small step (up to 16 rows: a block per multiprocessor
+  // or so) long enough to share, up to 32 ids per thread of the cluster
+  static const bool cluster_env = env_choice("CEDAR_CUDA_TOPK_CLUSTER", 0, 1, 1) != 0;
+  const int forced = g_topk_cluster.load();
+  const bool cluster = (forced >= 0 ? forced != 0 : cluster_env) && R <= 16 && E > 2048 &&
+                       E <= k_topk_cl * k_topk_cl_threads * 32;
+  if (cluster) {
+    const int per_cl = (E + k_topk_cl * k_topk_cl_threads - 1) / (k_topk_cl * k_topk_cl_threads);
+    const dim3 grid(k_topk_cl, (unsigned)R), cdim(k_topk_cl, 1, 1);
+    auto* kern = per_cl <= 2 ? topk_cluster_kernel<2> : per_cl <= 4 ? topk_cluster_kernel<4>
+               : per_cl <= 8 ? topk_cluster_kernel<8> : per_cl <= 16 ? topk_cluster_kernel<16> : topk_cluster_kernel<32>;
+    launch_kernel_cluster(kern, grid, cdim, k_topk_cl_threads, 0, stream, score, E, K, ids, n);
+    CEDAR_CUDA_LAUNCHED("cuda::topk (cluster)");
+    return {};
+  }
   const int per = (E + k_topk_threads - 1) / k_topk_threads;  // ids per thread
   const dim3 grid((unsigned)R);
-  static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 1) != 0;
   if (per <= 1) launch_kernel(topk_kernel<1>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
   else if (per <= 2) launch_kernel(topk_kernel<2>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
   else if (per <= 4) launch_kernel(topk_kernel<4>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);

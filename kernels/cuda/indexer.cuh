@@ -14,7 +14,7 @@
 //   topk           ids of the K largest finite scores of each row, exact ties to the LOWER id,
 //                  written in ASCENDING id order (a set, as the CPU path returns it), n[r] of them
 //                  (fewer when fewer are finite). Radix select on order-preserving 32-bit keys,
-//                  one block per row.
+//                  one block per row, or a cluster of 8 blocks per row for the rows of small steps.
 // Shapes: R rows; E entries (row stride); Hi heads of Di (multiple of 32) channels.
 #pragma once
 
@@ -45,6 +45,10 @@ status block_max(const float* score, const int* vis, int R, int E, int block, in
 
 // ids [R, K], n [R]. Scores must not be NaN.
 status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaStream_t stream);
+// Steps of up to 16 rows of more than 2048 ids (up to 65536) run a cluster of 8 blocks per row
+// (the same ids): on unless CEDAR_CUDA_TOPK_CLUSTER=0; set_topk_cluster(1 / 0) forces it on /
+// off for the rows it can take, −1 returns to the environment's (tests, A/B).
+void set_topk_cluster(int on);
 
 // allowed [R, nb] = 1 for the n[r] block ids of row r in ids [R, K], else 0 (the candidate pool
 // of a candidate-source row, as index_scores' `allowed` input of the Reindex layers).

@@ -375,8 +375,11 @@ TEST(cuda_topk, ties_go_to_the_lower_id_and_ids_come_back_ascending) {
   CEDAR_REQUIRE_GPU();
   // many exact ties, ±0, -inf holes, +inf: the radix select must match the CPU rule exactly;
   // row lengths that take each launch form (ids per thread 1..32 in registers, float4 loads
-  // or scalar ones, and the global-memory form past 16384)
-  for (const int E : {300, 2048, 4099, 8192, 16384, 20000}) {
+  // or scalar ones, and the global-memory form past 16384), one block per row and a cluster of
+  // 8 blocks per row (rows of more than 2048 ids: 2 to 32 ids per thread, up to 65536 ids)
+  for (const int cluster : {1, 0})
+  for (const int E : {300, 2048, 4099, 8192, 16384, 20000, 65536}) {
+  cu::set_topk_cluster(cluster);
   const int R = 6, K = 300;
   std::mt19937 g(5u + (unsigned)E);
   std::uniform_int_distribution<int> u(-3, 3);
@@ -402,4 +405,5 @@ TEST(cuda_topk, ties_go_to_the_lower_id_and_ids_come_back_ascending) {
   }
   EXPECT_EQ(n[1], 100);
   }
+  cu::set_topk_cluster(-1);
 }
