@@ -168,6 +168,46 @@ __device__ int block_exclusive_scan(int v, int* tot, int* total) {
   return r;
 }
 
+// The keys of ids [lo, lo + C) of row s into registers (−inf past E): float4 loads when C and
+// E are multiples of 4 and the scores 16-byte aligned (E and lo multiples of 4: a float4 is all
+// in or all out), else one by one.
+template <int C>
+__device__ __forceinline__ void load_keys(const float* s, int E, int lo, bool aligned, uint32_t (&key)[C]) {
+  const uint32_t neg_inf_key = order_key(-INFINITY);
+  if constexpr (C % 4 == 0) {
+    if (aligned && E % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < C; j += 4) {
+        if (lo + j < E) {
+          const float4 v = *reinterpret_cast<const float4*>(s + lo + j);
+          key[j] = order_key(v.x), key[j + 1] = order_key(v.y), key[j + 2] = order_key(v.z), key[j + 3] = order_key(v.w);
+        } else {
+          key[j] = key[j + 1] = key[j + 2] = key[j + 3] = neg_inf_key;
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < C; ++j) key[j] = lo + j < E ? order_key(s[lo + j]) : neg_inf_key;
+}
+
+// Ids lo + j of the keys above the threshold, and of the ties while fewer than need_ties were
+// taken before them (tie_rank: ties of lower ids), at o[out_pos], o[out_pos + 1], ... in id order.
+template <int C>
+__device__ __forceinline__ void write_selected(const uint32_t (&key)[C], uint32_t thr, int lo, int need_ties, int out_pos,
+                                               int tie_rank, int32_t* o) {
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    if (key[j] > thr) {
+      o[out_pos++] = lo + j;
+    } else if (key[j] == thr) {
+      if (tie_rank < need_ties) o[out_pos++] = lo + j;
+      ++tie_rank;
+    }
+  }
+}
+
 template <int C>
 __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout,
                                                                bool spread) {
@@ -183,27 +223,7 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
   const int chunk = C > 0 ? C : (E + (int)blockDim.x - 1) / (int)blockDim.x;
   const int lo = (int)threadIdx.x * chunk, hi = min(E, lo + chunk);
   uint32_t key[C > 0 ? C : 1];
-  if constexpr (C > 0) {
-    bool vec = false;
-    if constexpr (C % 4 == 0) {
-      vec = E % 4 == 0 && (reinterpret_cast<uintptr_t>(score) & 15u) == 0;
-      if (vec) {
-#pragma unroll
-        for (int j = 0; j < C; j += 4) {
-          if (lo + j < E) {  // E and lo are multiples of 4: a float4 is all in or all out
-            const float4 v = *reinterpret_cast<const float4*>(s + lo + j);
-            key[j] = order_key(v.x), key[j + 1] = order_key(v.y), key[j + 2] = order_key(v.z), key[j + 3] = order_key(v.w);
-          } else {
-            key[j] = key[j + 1] = key[j + 2] = key[j + 3] = neg_inf_key;
-          }
-        }
-      }
-    }
-    if (!vec) {
-#pragma unroll
-      for (int j = 0; j < C; ++j) key[j] = lo + j < E ? order_key(s[lo + j]) : neg_inf_key;
-    }
-  }
+  if constexpr (C > 0) load_keys<C>(s, E, lo, (reinterpret_cast<uintptr_t>(score) & 15u) == 0, key);
   // the key of id lo + j (j < chunk); −inf past E
 #define CEDAR_TOPK_KEY(j) (C > 0 ? key[(j) < C ? (j) : 0] : (lo + (j) < hi ? order_key(s[lo + (j)]) : neg_inf_key))
   // finite entries (> -inf) are the candidates
@@ -286,15 +306,7 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
     int out_pos = above_before + min(tie_rank, need_ties);
     int32_t* o = ids + (size_t)r * K;
     if constexpr (C > 0) {
-#pragma unroll
-      for (int j = 0; j < C; ++j) {
-        if (key[j] > thr) {
-          o[out_pos++] = lo + j;
-        } else if (key[j] == thr) {
-          if (tie_rank < need_ties) o[out_pos++] = lo + j;
-          ++tie_rank;
-        }
-      }
+      write_selected<C>(key, thr, lo, need_ties, out_pos, tie_rank, o);
     } else {
       for (int j = 0; j < chunk; ++j) {
         const uint32_t kk = CEDAR_TOPK_KEY(j);
@@ -338,25 +350,7 @@ __global__ void __launch_bounds__(k_topk_cl_threads) topk_cluster_kernel(const f
   const uint32_t neg_inf_key = order_key(-INFINITY);
   const int lo = (sb * k_topk_cl_threads + (int)threadIdx.x) * C;
   uint32_t key[C];
-  bool vec = false;
-  if constexpr (C % 4 == 0) {
-    vec = E % 4 == 0 && (reinterpret_cast<uintptr_t>(score) & 15u) == 0;
-    if (vec) {
-#pragma unroll
-      for (int j = 0; j < C; j += 4) {
-        if (lo + j < E) {  // E and lo are multiples of 4: a float4 is all in or all out
-          const float4 v = *reinterpret_cast<const float4*>(s + lo + j);
-          key[j] = order_key(v.x), key[j + 1] = order_key(v.y), key[j + 2] = order_key(v.z), key[j + 3] = order_key(v.w);
-        } else {
-          key[j] = key[j + 1] = key[j + 2] = key[j + 3] = neg_inf_key;
-        }
-      }
-    }
-  }
-  if (!vec) {
-#pragma unroll
-    for (int j = 0; j < C; ++j) key[j] = lo + j < E ? order_key(s[lo + j]) : neg_inf_key;
-  }
+  load_keys<C>(s, E, lo, (reinterpret_cast<uintptr_t>(score) & 15u) == 0, key);
   int nfin = 0;
 #pragma unroll
   for (int j = 0; j < C; ++j) nfin += key[j] > neg_inf_key;
@@ -424,16 +418,7 @@ __global__ void __launch_bounds__(k_topk_cl_threads) topk_cluster_kernel(const f
   }
   if (k > 0) {
     int out_pos = above_before + min(tie_rank, need_ties);
-    int32_t* o = ids + (size_t)r * K;
-#pragma unroll
-    for (int j = 0; j < C; ++j) {
-      if (key[j] > thr) {
-        o[out_pos++] = lo + j;
-      } else if (key[j] == thr) {
-        if (tie_rank < need_ties) o[out_pos++] = lo + j;
-        ++tie_rank;
-      }
-    }
+    write_selected<C>(key, thr, lo, need_ties, out_pos, tie_rank, ids + (size_t)r * K);
   }
   if (threadIdx.x == 0 && sb == 0) nout[r] = k;
   cl.sync();  // no block leaves while another may still read its shared memory

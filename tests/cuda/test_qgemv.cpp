@@ -94,6 +94,19 @@ host_weight make_weight(std::mt19937& g, kc::weight_format fmt, int64_t rows, in
   return h;
 }
 
+// A device copy of h (data and scales kept alive in `keep`) and its view.
+kc::qmatrix dev_view(const host_weight& h, std::vector<std::unique_ptr<dev_array<uint8_t>>>& keep) {
+  keep.push_back(std::make_unique<dev_array<uint8_t>>(h.data));
+  kc::qmatrix q;
+  q.format = h.fmt, q.rows = h.rows, q.cols = h.cols, q.data = keep.back()->p;
+  if (!h.scales.empty()) {
+    keep.push_back(std::make_unique<dev_array<uint8_t>>(h.scales));
+    q.scale_e8m0 = keep.back()->p;
+  }
+  q.scale_block_rows = h.block_rows, q.scale_cols = (h.cols + 31) / 32;
+  return q;
+}
+
 struct qgemv_case {
   kc::weight_format fmt;
   int64_t rows, cols;
@@ -344,17 +357,7 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
     std::vector<host_weight> wa, wb;
     std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
     std::vector<kc::qmatrix> va, vb;
-    auto view = [&](const host_weight& h) {
-      keep.push_back(std::make_unique<dev_array<uint8_t>>(h.data));
-      kc::qmatrix q;
-      q.format = h.fmt, q.rows = h.rows, q.cols = h.cols, q.data = keep.back()->p;
-      if (!h.scales.empty()) {
-        keep.push_back(std::make_unique<dev_array<uint8_t>>(h.scales));
-        q.scale_e8m0 = keep.back()->p;
-      }
-      q.scale_block_rows = h.block_rows, q.scale_cols = (h.cols + 31) / 32;
-      return q;
-    };
+    auto view = [&](const host_weight& h) { return dev_view(h, keep); };
     for (int e = 0; e < sp.E; ++e) {
       wa.push_back(make_weight(g, sp.f, sp.rows, sp.cols, sp.br));
       va.push_back(view(wa.back()));
@@ -775,24 +778,6 @@ TEST(cuda_qgemv_mma_grouped, mixed_items_match_the_oracle) {
 // SwiGLU item keeps its own bits; the routed form with the routing in the launch gives
 // moe_route's weights' bits; an f32 or mismatched up matrix is an error naming it.
 namespace {
-
-struct glu_mats {
-  host_weight gate, up;
-  std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
-  kc::qmatrix vg, vu;
-};
-
-kc::qmatrix dev_view(const host_weight& h, std::vector<std::unique_ptr<dev_array<uint8_t>>>& keep) {
-  keep.push_back(std::make_unique<dev_array<uint8_t>>(h.data));
-  kc::qmatrix q;
-  q.format = h.fmt, q.rows = h.rows, q.cols = h.cols, q.data = keep.back()->p;
-  if (!h.scales.empty()) {
-    keep.push_back(std::make_unique<dev_array<uint8_t>>(h.scales));
-    q.scale_e8m0 = keep.back()->p;
-  }
-  q.scale_block_rows = h.block_rows, q.scale_cols = (h.cols + 31) / 32;
-  return q;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
