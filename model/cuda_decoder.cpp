@@ -151,6 +151,11 @@ bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v && std::string(v) == "0";
 }
+// ... and true when set to "1" (switches off by default: paths not yet run on a GPU).
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
 
 // A numeric setting of the environment: `out` takes the value when `name` holds a whole number
 // >= lo (true); a value that is not one is left out with a warning naming it (false).
@@ -234,8 +239,8 @@ class cuda_backend final : public backend {
     moe_side_ = !env_off("CEDAR_CUDA_MOE_SIDE");
     fold_combine_ = !env_off("CEDAR_CUDA_FOLD_COMBINE");
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
-    fuse_swiglu_ = !env_off("CEDAR_CUDA_FUSE_SWIGLU");
-    swa_side_ = !env_off("CEDAR_CUDA_SWA_SIDE");
+    fuse_swiglu_ = env_on("CEDAR_CUDA_FUSE_SWIGLU");
+    swa_side_ = env_on("CEDAR_CUDA_SWA_SIDE");
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
@@ -371,13 +376,13 @@ class cuda_backend final : public backend {
   // the FFNs' SwiGLU in their up projections' epilogue (qgemv's glu_up; moe_up_swiglu): a group
   // of rows holds a gate row and its up row, the lane with both sums writes the activation — no
   // swiglu_rows launch on either expert path (not for f32 weights, nor for bf16 shared experts
-  // of steps on tensor cores). CEDAR_CUDA_FUSE_SWIGLU=0: the launches (A/B runs).
-  bool fuse_swiglu_ = true;
+  // of steps on tensor cores). Off until it has run on a GPU: CEDAR_CUDA_FUSE_SWIGLU=1 turns it on.
+  bool fuse_swiglu_ = false;
   // this token's SWA entry (norm, RoPE, FP8 into the ring) on the expert stream, idle until the
   // FFN: forked after the projection that writes kv, joined before the attention, so the pack
-  // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only
-  // (CEDAR_CUDA_SWA_SIDE=0: in the step's pack launch, A/B runs)
-  bool swa_side_ = true;
+  // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only. Off until it
+  // has run on a GPU: CEDAR_CUDA_SWA_SIDE=1 turns it on (else in the step's pack launch).
+  bool swa_side_ = false;
   cudaEvent_t swa_events_[2] = {nullptr, nullptr};  // fork, join
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)

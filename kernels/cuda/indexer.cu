@@ -132,7 +132,7 @@ __global__ void block_max_kernel(const float* score, const int* vis, int R, int 
 // so that the 32 lanes of a warp count into 32 different banks whatever their digits: the first
 // pass sees nearly every key in the same few bins (the sign and the top of the exponent), which
 // on one shared copy serialises a warp's atomics up to 32 ways; a warp per bin then sums the 32
-// copies (one redux). CEDAR_CUDA_TOPK_SPREAD=0: one copy (A/B runs).
+// copies (one redux). CEDAR_CUDA_TOPK_SPREAD=1 turns it on (off until it has run on a GPU).
 constexpr int k_topk_threads = 512;
 constexpr int k_topk_bins = 256;
 
@@ -486,10 +486,11 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
     return make_error(errc::invalid_argument, "cuda::topk: R " + std::to_string(R) + ", E " + std::to_string(E) +
                                                   ", K " + std::to_string(K));
   if (R == 0) return {};
-  static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 1) != 0;
+  // (the spread histograms and the cluster kernel are off until they have run on a GPU)
+  static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 0) != 0;
   // a cluster per row for the rows of a small step (up to 16 rows: a block per multiprocessor
   // or so) long enough to share, up to 32 ids per thread of the cluster
-  static const bool cluster_env = env_choice("CEDAR_CUDA_TOPK_CLUSTER", 0, 1, 1) != 0;
+  static const bool cluster_env = env_choice("CEDAR_CUDA_TOPK_CLUSTER", 0, 1, 0) != 0;
   const int forced = g_topk_cluster.load();
   const bool cluster = (forced >= 0 ? forced != 0 : cluster_env) && R <= 16 && E > 2048 &&
                        E <= k_topk_cl * k_topk_cl_threads * 32;
