@@ -157,6 +157,12 @@ bool env_on(const char* name) {
   return v && std::string(v) == "1";
 }
 
+// Two views the same launch class can read alike: format, shape and scale layout.
+bool same_layout(const kernels::qmatrix& a, const kernels::qmatrix& b) {
+  return a.format == b.format && a.rows == b.rows && a.cols == b.cols && a.scale_block_rows == b.scale_block_rows &&
+         a.scale_cols == b.scale_cols && !a.scale_e8m0 == !b.scale_e8m0 && !a.scale_f32 == !b.scale_f32;
+}
+
 // A numeric setting of the environment: `out` takes the value when `name` holds a whole number
 // >= lo (true); a value that is not one is left out with a warning naming it (false).
 bool env_int(const char* name, int lo, int& out) {
@@ -241,6 +247,7 @@ class cuda_backend final : public backend {
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     fuse_swiglu_ = env_on("CEDAR_CUDA_FUSE_SWIGLU");
     swa_side_ = env_on("CEDAR_CUDA_SWA_SIDE");
+    env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
     record_hints_ = !env_off("CEDAR_CUDA_HINTS");
@@ -383,6 +390,12 @@ class cuda_backend final : public backend {
   // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only. Off until it
   // has run on a GPU: CEDAR_CUDA_SWA_SIDE=1 turns it on (else in the step's pack launch).
   bool swa_side_ = false;
+  // the shared expert's down projection as fixed items of the routed experts' down launch
+  // (qgemv_expert's n_fixed) in steps of at most this many rows: one launch and the expert
+  // stream's fork and join fewer per layer, the FFN's chain group → up → down. Its items read the
+  // weight once per row (the plain projection once per 8), so only small steps. Off (0) until it
+  // has run on a GPU: CEDAR_CUDA_FUSE_SHARED=N turns it on for steps of ≤ N rows.
+  int fuse_shared_rows_ = 0;
   cudaEvent_t swa_events_[2] = {nullptr, nullptr};  // fork, join
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by
   // a moe_combine launch (CEDAR_CUDA_FOLD_COMBINE=0: the launch, diagnostics and A/B)
@@ -1495,7 +1508,12 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       // the routed experts on moe_stream_ (their own buffers: gate logits in, ye out) while
       // the shared expert runs here; the combine, which adds ye into y, waits for both
       const bool routed = E > 0 && KE > 0;
-      const bool fork = routed && moe_stream_ && !b.shared.w1.empty();
+      const bool expert_order = routed && by_expert && (int)b.experts.size() == E;
+      // the shared expert's down projection in the routed experts' down launch (fuse_shared_rows_):
+      // everything on this stream, no fork; its w2 must be a matrix like the experts' w2
+      const bool shared_down = routed && !expert_order && B <= fuse_shared_rows_ && !b.shared.w1.empty() &&
+                               same_layout(b.shared.w2, b.x2);
+      const bool fork = routed && moe_stream_ && !b.shared.w1.empty() && !shared_down;
       cudaStream_t es = fork ? moe_stream_ : stream_;
       if (fork) {
         CEDAR_CU(cudaEventRecord(moe_events_[0], stream_), "cuda backend: fork expert stream");
@@ -1505,7 +1523,6 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         kcu::moe_route_params rp;
         rp.R = B, rp.E = E, rp.K = KE, rp.logits = gl, rp.bias = b.gate_bias, rp.renormalise = c.norm_topk_prob;
         rp.route_scale = (float)c.routed_scaling_factor, rp.sel = sel, rp.weight = selw;
-        const bool expert_order = by_expert && (int)b.experts.size() == E;
         // the up projection routes for itself (fuse_route_): one launch fewer on the experts' path
         const bool self_route = fuse_route_ && !expert_order && E <= 32 * 32 && KE <= kcu::k_route_max_k;
         if (!self_route) CEDAR_TRY(kcu::moe_route(rp, es));
@@ -1520,12 +1537,19 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
                                   self_route ? &rp : nullptr));
             CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
           }
-          CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
+          if (shared_down) {  // the shared expert's activation first (unless its up wrote it)
+            if (!shared_glu) CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
+            CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es, &b.shared.w2, act, y));
+          } else {
+            CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
+          }
         }
       }
       // the combine folded into the next expand (the same bits as moe_combine then the expand)
       const bool fused = routed && fold_combine_;
-      if (!b.shared.w1.empty()) {
+      if (shared_down) {
+        // in the down launch above
+      } else if (!b.shared.w1.empty()) {
         if (!shared_glu) CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
         CEDAR_TRY(gemv(b.shared.w2, act, F, y, d));
       } else {

@@ -150,13 +150,19 @@ status swiglu_rows(const float* h, int n, int F, float limit, const float* row_w
 }
 
 status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
-                int d, float* ye, cudaStream_t stream) {
+                int d, float* ye, cudaStream_t stream, const qmatrix* shared_w2, const float* shared_a, float* shared_y) {
   if (R <= 0 || K <= 0 || d <= 0 || F <= 0 || !w2 || !sel || !a || !ye)
     return make_error(errc::invalid_argument, "moe_down: bad shape or null pointer");
   if (like2.rows != d || like2.cols != F)
     return make_error(errc::invalid_argument, "moe_down: expert matrix is not [d, F]");
+  if (shared_w2 && (!shared_a || !shared_y))
+    return make_error(errc::invalid_argument, "moe_down: the shared expert's matrix without its input or output rows");
   qgemv_expert_params p;
   p.wa = w2, p.like_a = like2, p.sel = sel, p.n = R * K, p.x = a, p.ldx = F, p.y = ye, p.ldy = d;
+  if (shared_w2) {
+    p.n_fixed = R, p.fixed_a = *shared_w2;
+    p.fixed_x = shared_a, p.fixed_ldx = F, p.fixed_y = shared_y, p.fixed_ldy = d;
+  }
   if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, "moe_down: " + st.err().message);
   return {};
 }

@@ -56,9 +56,13 @@ status moe_up_swiglu(const qmatrix* w1, const qmatrix* w3, const qmatrix& like1,
                      const float* x_norm_inv = nullptr, const moe_route_params* route = nullptr);
 // a [n, F] from h [n, 2F] = [gate | up]; row_weight [n] or null (1).
 status swiglu_rows(const float* h, int n, int F, float limit, const float* row_weight, float* a, cudaStream_t stream);
-// ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F].
+// ye [R·K, d]; w2: [E] views [d, F]; a [R·K, F]. With shared_w2 (a view like like2): also the
+// shared expert's down projection in the same launch, shared_y [R, d] = shared_w2 · shared_a[r]
+// (shared_a [R, F]) — bit for bit the rows of one expert launch of the R·K + R items over an
+// expert array that also holds shared_w2 (qgemv_expert_params' fixed items).
 status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
-                int d, float* ye, cudaStream_t stream);
+                int d, float* ye, cudaStream_t stream, const qmatrix* shared_w2 = nullptr,
+                const float* shared_a = nullptr, float* shared_y = nullptr);
 // y [R, d] += the K rows of ye of each row, in ascending expert id. (Also folded into the next
 // hc_mix_collapse / hc_expand: their ye, sel, K arguments.)
 status moe_combine(float* y, const float* ye, const int32_t* sel, int R, int K, int d, cudaStream_t stream);

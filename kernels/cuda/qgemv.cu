@@ -326,6 +326,20 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
   const int i = (int)blockIdx.y;
   const bool glu = G && p.glu;
   const bool second = !glu && blockIdx.x >= blocks_a;
+  if constexpr (!G) {
+  if (i >= p.n) {  // a fixed item (qgemv_expert refuses them with wb, route, glu or the norm)
+    qgemv_params q;
+    q.w = p.fixed_a;
+    q.m = 1;
+    q.x = p.fixed_x + (int64_t)(i - p.n) * p.fixed_ldx;
+    q.ldx = p.fixed_ldx;
+    q.y = p.fixed_y + (int64_t)(i - p.n) * p.fixed_ldy;
+    q.ldy = p.fixed_ldy;
+    q.accumulate = false;
+    qgemv_body<F, V, 1, RW, WS, false>(q, blockIdx.x, 0);
+    return;
+  }
+  }
   __shared__ float s_weight;  // glu with route: the item's routing weight
   int e;
   if (p.route) {  // this row's routing, by warp 0 (moe_route's ids); the row's first block writes it
@@ -519,10 +533,10 @@ status launch_expert(const qgemv_expert_params& p, cudaStream_t s) {
   constexpr int64_t half = RW > 1 ? RW / 2 : 1;  // SwiGLU: RW / 2 rows of each matrix (never f32, RW 1)
   const int64_t ga = p.glu ? (p.like_a.rows + half - 1) / half : (p.like_a.rows + RW - 1) / RW;
   const int64_t gb = p.wb && !p.glu ? (p.like_b.rows + RW - 1) / RW : 0;
-  const bool split = (ga + gb) * p.n < (int64_t)g_sms * 8 && p.like_a.cols >= (int64_t)32 * V * 4;
+  const bool split = (ga + gb) * (p.n + p.n_fixed) < (int64_t)g_sms * 8 && p.like_a.cols >= (int64_t)32 * V * 4;
   const int gpb = split ? k_warps / 4 : k_warps;
   const unsigned ba = (unsigned)((ga + gpb - 1) / gpb), bb = (unsigned)((gb + gpb - 1) / gpb);
-  const dim3 grid(ba + bb, (unsigned)p.n);
+  const dim3 grid(ba + bb, (unsigned)(p.n + p.n_fixed));
   constexpr bool can_glu = RW % 2 == 0;  // (f32 has no SwiGLU form: qgemv_expert refuses it)
   if (can_glu && p.glu) {
     if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, can_glu>, grid, k_warps * 32, 0, s, p, ba);
@@ -539,8 +553,8 @@ status launch_expert(const qgemv_expert_params& p, cudaStream_t s) {
 
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
   auto bad = [](const std::string& what) { return make_error(errc::invalid_argument, "qgemv_expert: " + what); };
-  if (p.n < 0 || p.x_div <= 0) return bad("n must be >= 0 and x_div > 0");
-  if (p.n == 0) return {};
+  if (p.n < 0 || p.x_div <= 0 || p.n_fixed < 0) return bad("n and n_fixed must be >= 0 and x_div > 0");
+  if (p.n == 0 && p.n_fixed == 0) return {};
   if (!p.wa || !p.sel || !p.x || !p.y) return bad("null expert array, ids, x or y");
   qgemv_params probe;  // the shape checks of qgemv, on the host copy of one expert
   probe.w = p.like_a, probe.m = 1, probe.x = p.x, probe.ldx = p.ldx, probe.y = p.y, probe.x_norm_w = p.x_norm_w;
@@ -553,6 +567,18 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
     if (!p.wb) return bad("a SwiGLU launch (glu) needs the up matrices (wb)");
     probe.glu_up = p.like_b, probe.ldy = (int)p.like_a.rows;
     if (auto st = check_params(probe); !st.ok()) return bad(st.err().message);
+  }
+  if (p.n_fixed > 0) {  // the fixed items: the plain form, a matrix like the experts'
+    if (p.wb || p.route || p.glu || p.x_norm_w)
+      return bad("fixed items (n_fixed) only in a launch without wb, route, glu or x_norm_w");
+    const qmatrix& f = p.fixed_a;
+    if (f.format != p.like_a.format || f.rows != p.like_a.rows || f.cols != p.like_a.cols ||
+        f.scale_block_rows != p.like_a.scale_block_rows || f.scale_cols != p.like_a.scale_cols ||
+        !f.scale_e8m0 != !p.like_a.scale_e8m0 || !f.scale_f32 != !p.like_a.scale_f32)
+      return bad("fixed_a differs from the experts' matrices in format, shape or scale layout");
+    qgemv_params fp;
+    fp.w = f, fp.m = 1, fp.x = p.fixed_x, fp.ldx = p.fixed_ldx, fp.y = p.fixed_y, fp.ldy = p.fixed_ldy;
+    if (auto st = check_params(fp); !st.ok()) return bad("fixed items: " + st.err().message);
   }
   switch (class_of(p.like_a)) {
     case launch_class::f32: return launch_expert<weight_format::f32, 8, 1>(p, stream);

@@ -106,6 +106,17 @@ struct qgemv_expert_params {
   bool glu = false;
   float glu_limit = 0.0f;
   const float* glu_scale = nullptr;  // [n]
+  // fixed items (the shared expert's down projection beside the routed ones, in one launch):
+  // items n .. n + n_fixed − 1 read matrix fixed_a (a view of like_a's format, shape and scale
+  // layout), x row fixed_x + (i − n) · fixed_ldx, y row fixed_y + (i − n) · fixed_ldy; not with
+  // wb, route, glu or the on-the-fly norm. Bit for bit the rows of one launch of all n + n_fixed
+  // items over an expert array that also holds fixed_a, the fixed items' id
+  int n_fixed = 0;
+  qmatrix fixed_a;
+  const float* fixed_x = nullptr;
+  int fixed_ldx = 0;
+  float* fixed_y = nullptr;
+  int fixed_ldy = 0;
 };
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
 

@@ -949,3 +949,75 @@ TEST(cuda_qgemv_swiglu, routed_experts_up_and_swiglu_in_one_launch) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.err().message.find("not f32"), std::string::npos) << st.err().message;
 }
+
+// The shared expert's down projection as fixed items of the routed experts' down launch
+// (moe_down's shared_w2, qgemv_expert's n_fixed): the routed rows and the shared rows are the bits
+// of one launch of all items over an expert array that also holds the shared matrix, and the
+// shared rows match the dequantised oracle; a shared matrix of another layout is refused.
+TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) {
+  CEDAR_REQUIRE_GPU();
+  struct spec {
+    F f;
+    int64_t d, Fr;
+    int br, E, R, K;
+  };
+  for (const spec& sp : {spec{F::bf16, 96, 512, 1, 5, 1, 2}, spec{F::f8_e4m3, 64, 1024, 32, 4, 2, 2},
+                         spec{F::f8_e4m3, 40, 520, 32, 3, 1, 3}, spec{F::fp4_e2m1, 128, 2048, 1, 6, 3, 3},
+                         spec{F::f32, 40, 264, 1, 3, 2, 1}, spec{F::bf16, 2048, 768, 1, 16, 1, 6}}) {
+    std::mt19937 g(131u + (unsigned)sp.d + (unsigned)sp.f);
+    std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+    std::vector<kc::qmatrix> v;  // E routed experts, then the shared one
+    for (int e = 0; e < sp.E; ++e) v.push_back(dev_view(make_weight(g, sp.f, sp.d, sp.Fr, sp.br), keep));
+    const host_weight shared = make_weight(g, sp.f, sp.d, sp.Fr, sp.br);
+    v.push_back(dev_view(shared, keep));
+    dev_array<uint8_t> dv(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                               reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+    const auto* arr = reinterpret_cast<const kc::qmatrix*>(dv.p);
+    const int n = sp.R * sp.K, d = (int)sp.d, F_ = (int)sp.Fr;
+    std::vector<int32_t> sel((size_t)n);
+    for (auto& e : sel) e = (int32_t)(g() % (uint32_t)sp.E);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> a((size_t)n * F_), as((size_t)sp.R * F_);
+    for (auto& x : a) x = nd(g);
+    for (auto& x : as) x = nd(g);
+    // reference: one expert launch of the n + R items, the shared rows as expert E
+    std::vector<int32_t> sel_all(sel);
+    sel_all.resize((size_t)(n + sp.R), sp.E);
+    std::vector<float> a_all(a);
+    a_all.insert(a_all.end(), as.begin(), as.end());
+    dev_array<int32_t> dsel(sel), dsel_all(sel_all);
+    dev_array<float> da(a), das(as), da_all(a_all), dy_all((size_t)(n + sp.R) * d), dye((size_t)n * d),
+        dys((size_t)sp.R * d);
+    dy_all.poison(), dye.poison(), dys.poison();
+    cu::qgemv_expert_params p;
+    p.wa = arr, p.like_a = v[0], p.sel = dsel_all.p, p.n = n + sp.R, p.x = da_all.p, p.ldx = F_, p.y = dy_all.p, p.ldy = d;
+    auto st = cu::qgemv_expert(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    st = cu::moe_down(arr, v[0], dsel.p, sp.R, sp.K, da.p, F_, d, dye.p, nullptr, &v[(size_t)sp.E], das.p, dys.p);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto all = dy_all.download(), ye = dye.download(), ys = dys.download();
+    ASSERT_TRUE(same_bits(ye, std::vector<float>(all.begin(), all.begin() + (size_t)n * d)))
+        << "routed rows, format " << (int)sp.f << " d " << d;
+    ASSERT_TRUE(same_bits(ys, std::vector<float>(all.begin() + (size_t)n * d, all.end())))
+        << "shared rows, format " << (int)sp.f << " d " << d;
+    for (int r = 0; r < sp.R; ++r)
+      for (int o = 0; o < d; ++o) {
+        double s = 0, mag = 0;
+        for (int k = 0; k < F_; ++k) {
+          const double t = (double)shared.value[(size_t)o * F_ + k] * as[(size_t)r * F_ + k];
+          s += t, mag += std::fabs(t);
+        }
+        ASSERT_LE(std::fabs(ys[(size_t)r * d + o] - s) / (mag + 1e-30), 2e-6) << "shared row " << r << " output " << o;
+      }
+    // a shared matrix of another shape, or without its rows: errors that name it
+    kc::qmatrix other = v[(size_t)sp.E];
+    other.rows -= 8;
+    st = cu::moe_down(arr, v[0], dsel.p, sp.R, sp.K, da.p, F_, d, dye.p, nullptr, &other, das.p, dys.p);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("fixed_a differs"), std::string::npos) << st.err().message;
+    st = cu::moe_down(arr, v[0], dsel.p, sp.R, sp.K, da.p, F_, d, dye.p, nullptr, &v[(size_t)sp.E], nullptr, dys.p);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("shared expert"), std::string::npos) << st.err().message;
+  }
+}
