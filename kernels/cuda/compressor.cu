@@ -15,12 +15,15 @@ __global__ void compressor_kernel(compressor_params p) {
   const int r = blockIdx.x, hd = p.hd;
   const float* kr = p.kv + (size_t)r * hd;
   const int np = p.ratio > 1 ? p.n_pending[r] : 0;
+  // (loads in batches, strided_batched and the pending loop below: a rolled loop pays one round
+  // trip to memory per iteration)
   if (p.ratio > 1 && np < p.ratio - 1) {
     const float* gr = p.gate + (size_t)r * hd;
-    for (int ch = threadIdx.x; ch < hd; ch += blockDim.x) {
-      p.pending_kv[r][(size_t)np * hd + ch] = kr[ch];
-      p.pending_gate[r][(size_t)np * hd + ch] = gr[ch];
-    }
+    float* pk = p.pending_kv[r] + (size_t)np * hd;
+    float* pg = p.pending_gate[r] + (size_t)np * hd;
+    strided_batched<4, float2>(
+        hd, [&](int ch) { return make_float2(kr[ch], gr[ch]); },
+        [&](int ch, const float2& v) { pk[ch] = v.x, pg[ch] = v.y; });
     return;
   }
   float ss = 0.0f;
@@ -30,13 +33,32 @@ __global__ void compressor_kernel(compressor_params p) {
       const float g = p.gate[(size_t)r * hd + ch];
       const float* pk = p.pending_kv[r];
       const float* pg = p.pending_gate[r];
+      // the pending rows k_batch at a time, their loads issued together; the maximum first, then
+      // the weighted sums in the rows' order (the values of a batch that holds them all are kept)
+      constexpr int k_batch = 4;
+      float gb[k_batch], kb[k_batch];
+      auto load = [&](int j0) {
+#pragma unroll
+        for (int u = 0; u < k_batch; ++u)
+          if (j0 + u < np) gb[u] = pg[(size_t)(j0 + u) * hd + ch], kb[u] = pk[(size_t)(j0 + u) * hd + ch];
+      };
       float mx = g;
-      for (int j = 0; j < np; ++j) mx = fmaxf(mx, pg[(size_t)j * hd + ch]);
-      float den = expf(g - mx), num = den * kr[ch];
-      for (int j = 0; j < np; ++j) {
-        const float ew = expf(pg[(size_t)j * hd + ch] - mx);
-        den += ew;
-        num += ew * pk[(size_t)j * hd + ch];
+      for (int j0 = 0; j0 < np; j0 += k_batch) {
+        load(j0);
+#pragma unroll
+        for (int u = 0; u < k_batch; ++u)
+          if (j0 + u < np) mx = fmaxf(mx, gb[u]);
+      }
+      float den = expf(g - mx), num = den * v;
+      for (int j0 = 0; j0 < np; j0 += k_batch) {
+        if (np > k_batch) load(j0);
+#pragma unroll
+        for (int u = 0; u < k_batch; ++u)
+          if (j0 + u < np) {
+            const float ew = expf(gb[u] - mx);
+            den += ew;
+            num += ew * kb[u];
+          }
       }
       v = num / den;
     }

@@ -18,11 +18,16 @@ __global__ void engram_gate_kernel(float* X, const float* kv, const float* qk, i
   const float* value = kv + (size_t)r * (hc + 1) * d + (size_t)hc * d;
   const float* q = qk + (size_t)k * d;
   float hh = 0.0f, kk = 0.0f, dt = 0.0f;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) {
-    hh += h[i] * h[i];
-    kk += key[i] * key[i];
-    dt += h[i] * q[i] * key[i];
-  }
+  struct hkq {
+    float h, k, q;
+  };
+  strided_batched<8, hkq>(
+      d, [&](int i) { return hkq{h[i], key[i], q[i]}; },
+      [&](int, const hkq& v) {
+        hh += v.h * v.h;
+        kk += v.k * v.k;
+        dt += v.h * v.q * v.k;
+      });
   for (int off = 16; off; off >>= 1) {
     hh += __shfl_xor_sync(0xffffffffu, hh, off);
     kk += __shfl_xor_sync(0xffffffffu, kk, off);
@@ -46,7 +51,11 @@ __global__ void engram_gate_kernel(float* X, const float* kv, const float* qk, i
   const float mag = sqrtf(fmaxf(fabsf(dot), 1e-6f));
   const float gate = sigmoid_stable(copysignf(mag, dot));
   __syncthreads();  // every thread read h for the sums before any writes it
-  for (int i = threadIdx.x; i < d; i += blockDim.x) h[i] += gate * value[i];
+  struct hv {
+    float h, v;
+  };
+  strided_batched<8, hv>(
+      d, [&](int i) { return hv{h[i], value[i]}; }, [&](int i, const hv& t) { h[i] = t.h + gate * t.v; });
 }
 
 }  // namespace

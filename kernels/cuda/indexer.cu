@@ -30,13 +30,25 @@ __device__ __forceinline__ bool score_masked(const index_scores_params& p, int r
   return false;
 }
 
+// Row r's index queries [n floats] into shared memory, their loads in batches (float4 when
+// aligned: n is a multiple of 32).
+__device__ __forceinline__ void stage_query(const float* q, float* qs, int n) {
+  if ((reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+    const float4* q4 = reinterpret_cast<const float4*>(q);
+    float4* s4 = reinterpret_cast<float4*>(qs);
+    strided_batched<8, float4>(n / 4, [&](int i) { return __ldg(q4 + i); }, [&](int i, const float4& v) { s4[i] = v; });
+  } else {
+    strided_batched<8, float>(n, [&](int i) { return __ldg(q + i); }, [&](int i, float v) { qs[i] = v; });
+  }
+}
+
 __global__ void index_scores_kernel(index_scores_params p) {
   pdl_entry();
   extern __shared__ float smem[];
   const int r = blockIdx.y, Hi = p.Hi, Di = p.Di;
   float* qs = smem;            // [Hi, Di]
   float* wsh = qs + Hi * Di;   // [Hi]
-  for (int i = threadIdx.x; i < Hi * Di; i += blockDim.x) qs[i] = p.q[(size_t)r * Hi * Di + i];
+  stage_query(p.q + (size_t)r * Hi * Di, qs, Hi * Di);
   for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i] * p.wscale;
   __syncthreads();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -70,23 +82,39 @@ __global__ void __launch_bounds__(k_score_threads) index_scores_fixed_kernel(ind
   const int r = blockIdx.y, Hi = p.Hi;
   float* qs = smem;            // [Hi, DI]
   float* wsh = qs + Hi * DI;   // [Hi]
-  for (int i = threadIdx.x; i < Hi * DI; i += blockDim.x) qs[i] = p.q[(size_t)r * Hi * DI + i];
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  // the row's loads before the query's, so that the entry's two round trips (the row's count and
+  // key pointer, then the entry) overlap the query's: the codes as 4-byte words (DI/8 loads; an
+  // entry of 68 bytes at DI 128 starts aligned; the alignment tested once) rather than 68 byte
+  // loads per thread; entries past vis[r] are not read (the store may end there)
+  const bool in = t < p.E;
+  // (volatile: loaded with vis[r], not sunk behind the test on it)
+  const uint8_t* base = *static_cast<const uint8_t* const volatile*>(p.keys + r);
+  const bool live = in && t < p.vis[r];
+  uint32_t cw[DI / 8];
+  uint8_t sb[DI / 32];
+  const uint8_t* e = live ? base + (size_t)t * fp4_index_bytes(DI) : nullptr;
+  if (live) {
+    if ((reinterpret_cast<uintptr_t>(e) & 3u) == 0) {
+#pragma unroll
+      for (int k = 0; k < DI / 8; ++k) cw[k] = __ldg(reinterpret_cast<const uint32_t*>(e) + k);
+    } else {
+#pragma unroll
+      for (int k = 0; k < DI / 8; ++k) cw[k] = load4(e + 4 * k);
+    }
+#pragma unroll
+    for (int k = 0; k < DI / 32; ++k) sb[k] = e[DI / 2 + k];
+  }
+  stage_query(p.q + (size_t)r * Hi * DI, qs, Hi * DI);
   for (int i = threadIdx.x; i < Hi; i += blockDim.x) wsh[i] = p.w[(size_t)r * Hi + i] * p.wscale * p.sscale;
   __syncthreads();
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= p.E) return;
+  if (!in) return;
   float* out = p.score + (size_t)r * p.E + t;
   if (score_masked(p, r, t, out)) return;
-  const uint8_t* e = p.keys[r] + (size_t)t * fp4_index_bytes(DI);
-  // the codes as 4-byte words (DI/8 loads; an entry of 68 bytes at DI 128 starts aligned)
-  // rather than 68 byte loads per thread
-  uint32_t cw[DI / 8];
-#pragma unroll
-  for (int k = 0; k < DI / 8; ++k) cw[k] = load4(e + 4 * k);
   float v[DI];
 #pragma unroll
   for (int c0 = 0; c0 < DI; c0 += 32) {
-    const float sc = ue8m0_value(e[DI / 2 + c0 / 32]);
+    const float sc = ue8m0_value(sb[c0 / 32]);
 #pragma unroll
     for (int b = 0; b < 16; ++b) {
       const uint32_t byte = (cw[(c0 / 2 + b) >> 2] >> (8 * ((c0 / 2 + b) & 3))) & 0xFFu;

@@ -383,10 +383,13 @@ __global__ void __launch_bounds__(1024) hc_collapse_norm_kernel(const float* X, 
 // grid (channel blocks, R): a thread per channel, every stream of the row in registers.
 constexpr int k_expand_threads = 256;
 
+// HC > 0: hc known at compile time (the streams in registers, their loads issued together)
+template <int HC>
 __global__ void __launch_bounds__(k_expand_threads) hc_expand_kernel(float* X, const float* y, const float* post,
-                                                                      const float* comb, int hc, int d, const float* ye,
+                                                                      const float* comb, int hc_arg, int d, const float* ye,
                                                                       const int32_t* ye_sel, int ye_K) {
   pdl_entry();
+  const int hc = HC > 0 ? HC : hc_arg;
   const int r = blockIdx.y;
   const int i = blockIdx.x * k_expand_threads + threadIdx.x;
   if (i >= d) return;
@@ -497,7 +500,8 @@ status hc_expand(float* X, const float* y, const float* post, const float* comb,
   if (!X || !y || !post || !comb) return make_error(errc::invalid_argument, "hc_expand: null pointer");
   if (ye && (!ye_sel || ye_K <= 0)) return make_error(errc::invalid_argument, "hc_expand: ye without sel or K");
   const dim3 grid((unsigned)((d + k_expand_threads - 1) / k_expand_threads), (unsigned)R);
-  launch_kernel(hc_expand_kernel, grid, k_expand_threads, 0, stream, X, y, post, comb, hc, d, ye, ye_sel, ye_K);
+  if (hc == 4) launch_kernel(hc_expand_kernel<4>, grid, k_expand_threads, 0, stream, X, y, post, comb, hc, d, ye, ye_sel, ye_K);
+  else launch_kernel(hc_expand_kernel<0>, grid, k_expand_threads, 0, stream, X, y, post, comb, hc, d, ye, ye_sel, ye_K);
   CEDAR_CUDA_LAUNCHED("hc_expand");
   return {};
 }

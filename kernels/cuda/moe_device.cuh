@@ -69,6 +69,32 @@ __device__ inline void route_row_warp(const moe_route_params& p, int r, int lane
 // adds the experts in id order; ids within a row are distinct).
 __device__ inline float add_routed_rows(float acc, const float* ye, const int32_t* sel, int K, int d, int r, int i) {
   const int32_t* sl = sel + (size_t)r * K;
+  constexpr int KB = 8;
+  if (K <= KB) {  // the ids into registers, the order found there, then every row's load at once
+    int32_t s[KB];
+#pragma unroll
+    for (int k = 0; k < KB; ++k) s[k] = k < K ? sl[k] : 0;
+    int row[KB];
+    int last = -1;
+#pragma unroll
+    for (int n = 0; n < KB; ++n) {
+      int best = -1;
+      int32_t bv = 0;  // s[best] (kept apart: a register array takes constant indices only)
+#pragma unroll
+      for (int k = 0; k < KB; ++k)
+        if (k < K && s[k] > last && (best < 0 || s[k] < bv)) best = k, bv = s[k];
+      row[n] = best;
+      last = bv;
+    }
+    float v[KB];
+#pragma unroll
+    for (int n = 0; n < KB; ++n)
+      if (n < K) v[n] = ye[((size_t)r * K + row[n]) * d + i];
+#pragma unroll
+    for (int n = 0; n < KB; ++n)
+      if (n < K) acc += v[n];
+    return acc;
+  }
   int last = -1;
   for (int n = 0; n < K; ++n) {
     int best = -1;
