@@ -14,10 +14,11 @@ __global__ void embed_rows_kernel(qmatrix t, const int32_t* tok, int copies, flo
   const int r = blockIdx.x;
   const int64_t d = t.cols;
   const int64_t row = tok[r];
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float v = qmatrix_at(t, row, i);
-    for (int k = 0; k < copies; ++k) X[((int64_t)r * copies + k) * d + i] = v;
-  }
+  strided_batched<8, float>(
+      (int)d, [&](int i) { return qmatrix_at(t, row, i); },
+      [&](int i, float v) {
+        for (int k = 0; k < copies; ++k) X[((int64_t)r * copies + k) * d + i] = v;
+      });
 }
 
 __global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, int layer, int n_cols, float* out) {
@@ -26,7 +27,7 @@ __global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, i
   const int64_t w = t.cols;
   const int64_t row = ids[((int64_t)r * n_layers + layer) * n_cols + j];
   float* o = out + ((int64_t)r * n_cols + j) * w;
-  for (int64_t i = threadIdx.x; i < w; i += blockDim.x) o[i] = qmatrix_at(t, row, i);
+  strided_batched<8, float>((int)w, [&](int i) { return qmatrix_at(t, row, i); }, [&](int i, float v) { o[i] = v; });
 }
 
 __global__ void copy_spans_kernel(const uint8_t* const* src, uint8_t* const* dst, const uint32_t* len) {

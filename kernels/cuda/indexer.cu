@@ -144,7 +144,14 @@ __global__ void block_max_kernel(const float* score, const int* vis, int R, int 
   if (b >= nb) return;
   const float* s = score + (size_t)r * E;
   float m = -INFINITY;
-  for (int t = b * block; t < min(E, (b + 1) * block); ++t) m = fmaxf(m, s[t]);
+  const int t1 = min(E, (b + 1) * block);
+  for (int t0 = b * block; t0 < t1; t0 += 8) {  // 8 loads in flight, then their maximum
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = t0 + u < t1 ? s[t0 + u] : -INFINITY;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) m = fmaxf(m, v[u]);
+  }
   const int last = vis[r] > 0 ? (vis[r] - 1) / block : -1;
   bscore[(size_t)r * nb + b] = b == last ? INFINITY : m;
 }

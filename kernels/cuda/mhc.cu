@@ -227,31 +227,16 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
   const int hc = HC > 0 ? HC : p.hc, d = p.d, mix = (2 + hc) * hc, nw = mix + 1;
   const int i = blk * 32 + lane;
   const bool valid = i < d;
-  float x = valid ? p.X[((size_t)r * hc + k) * d + i] : 0.0f;
-  xs[k][lane] = x;
-  if (p.y) {  // the previous sub-layer's expand first (hc_expand's formula), written back to X
-    float yi = valid ? p.y[(size_t)r * d + i] : 0.0f;
-    if (p.ye && valid) yi = add_routed_rows(yi, p.ye, p.ye_sel, p.ye_K, d, r, i);
-    __syncthreads();
-    float t = p.post[r * hc + k] * yi;
-    for (int j = 0; j < hc; ++j) t += p.comb[((size_t)r * hc + j) * hc + k] * xs[j][lane];
-    x = t;
-    __syncthreads();
-    xs[k][lane] = x;
-    if (valid) p.X[((size_t)r * hc + k) * d + i] = x;
-  }
   const int64_t col = (int64_t)k * d + i;
-  if constexpr (HC > 0 && (2 + HC) * HC + 1 <= 32) {
-    // 32 values per lane (the mix products, the square, zeros) reduced over the warp by a
-    // transposing butterfly: at offset o a lane keeps the half of its values its bit o selects
-    // and adds the partner's copy of them; after 5 levels lane l holds value l's warp sum
-    // (31 shuffles instead of 5 per value). Row m of hc_fn is one stride (cols) further.
-    constexpr int MIX = (2 + HC) * HC;
-    float t[32];
+  // the mix weights of the butterfly form first: their loads (hc_fn is no kernel's output) go
+  // out with the streams', not one round trip after the expand's
+  constexpr bool kButterfly = HC > 0 && (2 + HC) * HC + 1 <= 32;
+  constexpr int MIX = kButterfly ? (2 + HC) * HC : 1;
+  float w[MIX];
+  if constexpr (kButterfly) {
     const int64_t base = (p.fn.row0 * p.fn.cols) + col, stride = p.fn.cols;
     // the format dispatch outside the unrolled loads (inside, every load carried the generic
     // qmatrix_at path and t[] ended up on the stack)
-    float w[MIX];
     if (!valid) {
 #pragma unroll
       for (int m = 0; m < MIX; ++m) w[m] = 0.0f;
@@ -267,6 +252,37 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
 #pragma unroll
       for (int m = 0; m < MIX; ++m) w[m] = qmatrix_at(p.fn, m, col);
     }
+  }
+  float x = valid ? p.X[((size_t)r * hc + k) * d + i] : 0.0f;
+  xs[k][lane] = x;
+  if (p.y) {  // the previous sub-layer's expand first (hc_expand's formula), written back to X
+    float yi = valid ? p.y[(size_t)r * d + i] : 0.0f;
+    const float pk = p.post[r * hc + k];  // the mix weights loaded with y, before the barrier
+    float cb[HC > 0 ? HC : 1];
+    if constexpr (HC > 0) {
+#pragma unroll
+      for (int j = 0; j < HC; ++j) cb[j] = p.comb[((size_t)r * hc + j) * hc + k];
+    }
+    if (p.ye && valid) yi = add_routed_rows(yi, p.ye, p.ye_sel, p.ye_K, d, r, i);
+    __syncthreads();
+    float t = pk * yi;
+    if constexpr (HC > 0) {
+#pragma unroll
+      for (int j = 0; j < HC; ++j) t += cb[j] * xs[j][lane];
+    } else {
+      for (int j = 0; j < hc; ++j) t += p.comb[((size_t)r * hc + j) * hc + k] * xs[j][lane];
+    }
+    x = t;
+    __syncthreads();
+    xs[k][lane] = x;
+    if (valid) p.X[((size_t)r * hc + k) * d + i] = x;
+  }
+  if constexpr (kButterfly) {
+    // 32 values per lane (the mix products, the square, zeros) reduced over the warp by a
+    // transposing butterfly: at offset o a lane keeps the half of its values its bit o selects
+    // and adds the partner's copy of them; after 5 levels lane l holds value l's warp sum
+    // (31 shuffles instead of 5 per value). Row m of hc_fn is one stride (cols) further.
+    float t[32];
 #pragma unroll
     for (int m = 0; m < MIX; ++m) t[m] = w[m] * x;
     t[MIX] = x * x;
