@@ -132,7 +132,15 @@ __device__ __forceinline__ void norm_rope_pack_row(const norm_rope_pack_params& 
   const int row = rr / p.nvec, c = threadIdx.x, lane = c & 31, n = p.n;
   const bool active = c < n;  // whole warps (n % 32 == 0)
   float* xr = p.x + (size_t)rr * n;
+  // every load up front (one round trip to memory, not one per stage): the channel, its norm
+  // weight, its RoPE angle, the row's destination
   float v = active ? xr[c] : 0.0f;
+  const float g = p.norm_w && active ? p.norm_w[c] : 0.0f;
+  const int k = c - (n - 2 * p.np);
+  const bool rot = p.np > 0 && active && k >= 0;
+  const float cs = rot ? p.cos[(size_t)row * p.np + (k >> 1)] : 0.0f;
+  const float sn = rot ? p.sin[(size_t)row * p.np + (k >> 1)] : 0.0f;
+  uint8_t* out = p.dst && active ? p.dst[row] : nullptr;
   if (p.norm_w) {
     float ss = v * v;
     for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
@@ -144,19 +152,15 @@ __device__ __forceinline__ void norm_rope_pack_row(const norm_rope_pack_params& 
       if (c == 0) part[0] = t;
     }
     __syncthreads();
-    if (active) v = v * rsqrtf(part[0] / (float)n + p.eps) * p.norm_w[c];
+    if (active) v = v * rsqrtf(part[0] / (float)n + p.eps) * g;
   }
   if (!active) return;
   if (p.np > 0) {  // pairs (2i, 2i+1) of the last 2·np channels (an even start: lanes c, c ^ 1)
     const float other = __shfl_xor_sync(0xffffffffu, v, 1);
-    const int k = c - (n - 2 * p.np);
-    if (k >= 0) {
-      const float cs = p.cos[(size_t)row * p.np + (k >> 1)], sn = p.sin[(size_t)row * p.np + (k >> 1)];
+    if (rot)
       v = (k & 1) == 0 ? __fsub_rn(__fmul_rn(v, cs), __fmul_rn(other, sn))
                        : __fadd_rn(__fmul_rn(other, sn), __fmul_rn(v, cs));
-    }
   }
-  uint8_t* out = p.dst ? p.dst[row] : nullptr;
   switch (p.kind) {
     case pack_kind::fp8_swa:
       if (out) fp8_swa_lane(v, lane, c >> 5, n, out);
