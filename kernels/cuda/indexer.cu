@@ -463,9 +463,11 @@ __global__ void ids_to_mask_kernel(const int32_t* ids, const int* n, int K, int 
   pdl_entry();
   const int r = blockIdx.x;
   uint8_t* m = allowed + (size_t)r * nb;
+  const int nr = n[r];  // (its load goes out before the clearing stores)
   for (int b = threadIdx.x; b < nb; b += blockDim.x) m[b] = 0;
   __syncthreads();
-  for (int j = threadIdx.x; j < n[r]; j += blockDim.x) m[ids[(size_t)r * K + j]] = 1;
+  const int32_t* ir = ids + (size_t)r * K;
+  strided_batched<8, int32_t>(nr, [&](int j) { return ir[j]; }, [&](int, int32_t id) { m[id] = 1; });
 }
 
 std::atomic<int> g_topk_cluster{-1};  // set_topk_cluster (tests, benchmarks); −1: the environment's
