@@ -752,15 +752,29 @@ __global__ void __launch_bounds__(k_cl_threads) sparse_attention_cluster_kernel(
   for (int x = threadIdx.x; x < nh * cw; x += blockDim.x) {
     const int h = x / cw, c = c0 + (x - h * cw);
     const float sink = p.sink[h0 + h];
+    // the S blocks' values read first (their distributed-shared-memory loads in flight together,
+    // not one round trip per block), then folded in block order
+    float mq[k_cl_max_size], lq[k_cl_max_size], aq[k_cl_max_size];
+#pragma unroll
+    for (int q = 0; q < k_cl_max_size; ++q)
+      if (q < S) {
+        mq[q] = *cl.map_shared_rank(bm + h, q);
+        lq[q] = *cl.map_shared_rank(bl + h, q);
+        aq[q] = *cl.map_shared_rank(bacc + h * D + c, q);
+      }
     float mx = sink;
-    for (int q = 0; q < S; ++q) mx = fmaxf(mx, *cl.map_shared_rank(bm + h, q));
+#pragma unroll
+    for (int q = 0; q < k_cl_max_size; ++q)
+      if (q < S) mx = fmaxf(mx, mq[q]);
     float a = 0.0f, den = __expf(sink - mx);
-    for (int q = 0; q < S; ++q) {
-      const float mq = *cl.map_shared_rank(bm + h, q);
-      const float wt = mq == -INFINITY ? 0.0f : __expf(mq - mx);
-      a += *cl.map_shared_rank(bacc + h * D + c, q) * wt;
-      den += *cl.map_shared_rank(bl + h, q) * wt;
-    }
+#pragma unroll
+    for (int q = 0; q < k_cl_max_size; ++q)
+      if (q < S) {
+        const float e = __expf(mq[q] - mx);
+        const float wt = mq[q] == -INFINITY ? 0.0f : e;
+        a += aq[q] * wt;
+        den += lq[q] * wt;
+      }
     fo[x] = a / den;
   }
   __syncthreads();
