@@ -151,7 +151,7 @@ bool env_off(const char* name) {
   const char* v = std::getenv(name);
   return v && std::string(v) == "0";
 }
-// ... and true when set to "1" (switches off by default: paths not yet run on a GPU).
+// ... and true when set to "1" (switches off by default: paths that measured no faster).
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v && std::string(v) == "1";
@@ -383,18 +383,22 @@ class cuda_backend final : public backend {
   // the FFNs' SwiGLU in their up projections' epilogue (qgemv's glu_up; moe_up_swiglu): a group
   // of rows holds a gate row and its up row, the lane with both sums writes the activation — no
   // swiglu_rows launch on either expert path (not for f32 weights, nor for bf16 shared experts
-  // of steps on tensor cores). Off until it has run on a GPU: CEDAR_CUDA_FUSE_SWIGLU=1 turns it on.
+  // of steps on tensor cores). GPU-tested (the same bits as the two projections then swiglu_rows)
+  // but measured no faster in a whole step on an H200 (session 39, README): off unless
+  // CEDAR_CUDA_FUSE_SWIGLU=1.
   bool fuse_swiglu_ = false;
   // this token's SWA entry (norm, RoPE, FP8 into the ring) on the expert stream, idle until the
   // FFN: forked after the projection that writes kv, joined before the attention, so the pack
-  // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only. Off until it
-  // has run on a GPU: CEDAR_CUDA_SWA_SIDE=1 turns it on (else in the step's pack launch).
+  // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only. GPU-tested;
+  // off unless CEDAR_CUDA_SWA_SIDE=1 (else in the step's pack launch): the fork and join cost
+  // about what the pack saves (H200, session 39).
   bool swa_side_ = false;
   // the shared expert's down projection as fixed items of the routed experts' down launch
   // (qgemv_expert's n_fixed) in steps of at most this many rows: one launch and the expert
   // stream's fork and join fewer per layer, the FFN's chain group → up → down. Its items read the
-  // weight once per row (the plain projection once per 8), so only small steps. Off (0) until it
-  // has run on a GPU: CEDAR_CUDA_FUSE_SHARED=N turns it on for steps of ≤ N rows.
+  // weight once per row (the plain projection once per 8), so only small steps. GPU-tested; off
+  // (0) unless CEDAR_CUDA_FUSE_SHARED=N (steps of ≤ N rows): measured no faster in a whole step
+  // on an H200 (session 39).
   int fuse_shared_rows_ = 0;
   cudaEvent_t swa_events_[2] = {nullptr, nullptr};  // fork, join
   // the routed experts' rows added to y by the next expand (hc_mix_collapse / hc_expand), not by

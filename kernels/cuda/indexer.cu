@@ -163,11 +163,12 @@ __global__ void block_max_kernel(const float* score, const int* vis, int R, int 
 // key — is found 8 bits at a time from the top: a shared histogram per pass, then a block-wide
 // scan picks the digit (no serial loop over the bins); the ids above the threshold, and the
 // lowest-id ties, are written in id order at positions from block-wide exclusive scans.
-// Histograms (spread, the default): one copy of the 256 bins per lane index ([bin][lane], 32 KB),
+// Histograms (spread, CEDAR_CUDA_TOPK_SPREAD=1): one copy of the 256 bins per lane index ([bin][lane], 32 KB),
 // so that the 32 lanes of a warp count into 32 different banks whatever their digits: the first
 // pass sees nearly every key in the same few bins (the sign and the top of the exponent), which
 // on one shared copy serialises a warp's atomics up to 32 ways; a warp per bin then sums the 32
-// copies (one redux). CEDAR_CUDA_TOPK_SPREAD=1 turns it on (off until it has run on a GPU).
+// copies (one redux). Off by default: tested on an H200 (session 39) but measured no faster in a
+// whole step (within the run-to-run spread; README "Session 39").
 constexpr int k_topk_threads = 512;
 constexpr int k_topk_bins = 256;
 
@@ -523,7 +524,7 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
     return make_error(errc::invalid_argument, "cuda::topk: R " + std::to_string(R) + ", E " + std::to_string(E) +
                                                   ", K " + std::to_string(K));
   if (R == 0) return {};
-  // (the spread histograms and the cluster kernel are off until they have run on a GPU)
+  // (the spread histograms and the cluster kernel: GPU-tested, measured no faster, off by default)
   static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 0) != 0;
   // a cluster per row for the rows of a small step (up to 16 rows: a block per multiprocessor
   // or so) long enough to share, up to 32 ids per thread of the cluster
