@@ -875,22 +875,26 @@ TEST(cuda_qgemv_swiglu, epilogue_gives_the_bits_of_two_projections_and_swiglu_ro
   }
 }
 
+// A routed-experts case: E experts of rows × cols weights (scale blocks of br rows), R rows of K
+// experts each.
+struct experts_case {
+  F f;
+  int64_t rows, cols;
+  int br, E, R, K;
+};
+
 TEST(cuda_qgemv_swiglu, routed_experts_up_and_swiglu_in_one_launch) {
   CEDAR_REQUIRE_GPU();
-  struct spec {
-    F f;
-    int64_t Fr, d;
-    int br, E, R, K;
-  };
+  using spec = experts_case;  // rows: F, cols: d
   for (const spec& sp : {spec{F::bf16, 96, 512, 1, 5, 3, 2}, spec{F::f8_e4m3, 64, 1024, 32, 4, 2, 2},
                          spec{F::f8_e4m3, 40, 520, 32, 3, 1, 3}, spec{F::fp4_e2m1, 128, 2048, 1, 6, 5, 3},
                          spec{F::bf16, 768, 2048, 1, 16, 1, 2}}) {
-    std::mt19937 g(77u + (unsigned)sp.Fr + (unsigned)sp.f);
+    std::mt19937 g(77u + (unsigned)sp.rows + (unsigned)sp.f);
     std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
     std::vector<kc::qmatrix> v1, v3;
     for (int e = 0; e < sp.E; ++e) {
-      v1.push_back(dev_view(make_weight(g, sp.f, sp.Fr, sp.d, sp.br), keep));
-      v3.push_back(dev_view(make_weight(g, sp.f, sp.Fr, sp.d, sp.br), keep));
+      v1.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
+      v3.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
     }
     auto up_array = [](const std::vector<kc::qmatrix>& v) {
       return dev_array<uint8_t>(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
@@ -899,7 +903,7 @@ TEST(cuda_qgemv_swiglu, routed_experts_up_and_swiglu_in_one_launch) {
     dev_array<uint8_t> d1 = up_array(v1), d3 = up_array(v3);
     const auto* w1 = reinterpret_cast<const kc::qmatrix*>(d1.p);
     const auto* w3 = reinterpret_cast<const kc::qmatrix*>(d3.p);
-    const int n = sp.R * sp.K, F_ = (int)sp.Fr, d = (int)sp.d;
+    const int n = sp.R * sp.K, F_ = (int)sp.rows, d = (int)sp.cols;
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x((size_t)sp.R * d), nw((size_t)d), lg((size_t)sp.R * sp.E), bias((size_t)sp.E);
     for (auto& v : x) v = 2.0f * nd(g);
@@ -956,24 +960,20 @@ TEST(cuda_qgemv_swiglu, routed_experts_up_and_swiglu_in_one_launch) {
 // shared rows match the dequantised oracle; a shared matrix of another layout is refused.
 TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) {
   CEDAR_REQUIRE_GPU();
-  struct spec {
-    F f;
-    int64_t d, Fr;
-    int br, E, R, K;
-  };
+  using spec = experts_case;  // rows: d, cols: F
   for (const spec& sp : {spec{F::bf16, 96, 512, 1, 5, 1, 2}, spec{F::f8_e4m3, 64, 1024, 32, 4, 2, 2},
                          spec{F::f8_e4m3, 40, 520, 32, 3, 1, 3}, spec{F::fp4_e2m1, 128, 2048, 1, 6, 3, 3},
                          spec{F::f32, 40, 264, 1, 3, 2, 1}, spec{F::bf16, 2048, 768, 1, 16, 1, 6}}) {
-    std::mt19937 g(131u + (unsigned)sp.d + (unsigned)sp.f);
+    std::mt19937 g(131u + (unsigned)sp.rows + (unsigned)sp.f);
     std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
     std::vector<kc::qmatrix> v;  // E routed experts, then the shared one
-    for (int e = 0; e < sp.E; ++e) v.push_back(dev_view(make_weight(g, sp.f, sp.d, sp.Fr, sp.br), keep));
-    const host_weight shared = make_weight(g, sp.f, sp.d, sp.Fr, sp.br);
+    for (int e = 0; e < sp.E; ++e) v.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
+    const host_weight shared = make_weight(g, sp.f, sp.rows, sp.cols, sp.br);
     v.push_back(dev_view(shared, keep));
     dev_array<uint8_t> dv(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
                                                reinterpret_cast<const uint8_t*>(v.data() + v.size())));
     const auto* arr = reinterpret_cast<const kc::qmatrix*>(dv.p);
-    const int n = sp.R * sp.K, d = (int)sp.d, F_ = (int)sp.Fr;
+    const int n = sp.R * sp.K, d = (int)sp.rows, F_ = (int)sp.cols;
     std::vector<int32_t> sel((size_t)n);
     for (auto& e : sel) e = (int32_t)(g() % (uint32_t)sp.E);
     std::normal_distribution<float> nd(0.0f, 1.0f);
