@@ -247,6 +247,7 @@ class cuda_backend final : public backend {
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     fuse_swiglu_ = env_on("CEDAR_CUDA_FUSE_SWIGLU");
     swa_side_ = env_on("CEDAR_CUDA_SWA_SIDE");
+    phases_ = env_on("CEDAR_CUDA_STEP_PHASES");
     env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
     gpu_replay_ = !env_off("CEDAR_CUDA_REPLAY");
@@ -266,6 +267,8 @@ class cuda_backend final : public backend {
     if (pinned_) cudaFreeHost(pinned_);
     if (pinned_moe_) cudaFreeHost(pinned_moe_);
     for (cudaEvent_t ev : events_)
+      if (ev) cudaEventDestroy(ev);
+    for (cudaEvent_t ev : phase_events_)
       if (ev) cudaEventDestroy(ev);
     for (cudaEvent_t ev : side_events_)
       if (ev) cudaEventDestroy(ev);
@@ -293,6 +296,7 @@ class cuda_backend final : public backend {
   status decode_step(std::span<sequence* const> seqs, std::span<const int32_t> tokens,
                      std::vector<float>& logits) override;
   double last_step_device_ms() const override { return last_device_ms_; }
+  std::vector<double> last_step_phases_ms() const override { return last_phases_ms_; }
 
  private:
   // weights
@@ -357,6 +361,11 @@ class cuda_backend final : public backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   uint64_t graph_launches_ = 0;
   cudaEvent_t events_[2] = {nullptr, nullptr};  // around a step's device work
+  // diagnostics (CEDAR_CUDA_STEP_PHASES=1): external event nodes inside the step at its start,
+  // after the upload, after the last kernel and at its end (last_step_phases_ms)
+  bool phases_ = false;
+  cudaEvent_t phase_events_[4] = {nullptr, nullptr, nullptr, nullptr};
+  std::vector<double> last_phases_ms_;
   // the mHC sites' mix weights (reduce + Sinkhorn) on a side stream, forked after each site's
   // kernel and joined before the next reader of pre/post/comb (CEDAR_CUDA_MHC_SIDE=0: in line)
   bool mhc_side_ = true;
@@ -568,6 +577,8 @@ status cuda_backend::init() {
   CEDAR_CU(cudaSetDevice(0), "cuda backend: select device 0");
   CEDAR_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend: stream");
   for (cudaEvent_t& ev : events_) CEDAR_CU(cudaEventCreate(&ev), "cuda backend: event");
+  if (phases_)
+    for (cudaEvent_t& ev : phase_events_) CEDAR_CU(cudaEventCreate(&ev), "cuda backend: phase event");
   if (mhc_side_) {
     CEDAR_CU(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cuda backend: side stream");
     for (cudaEvent_t& ev : side_events_)
@@ -1272,9 +1283,17 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     return kcu::copy_spans(dsrc + 3 * n, ddst + 3 * n, dlen + 3 * n, n, es);
   };
 
+  // a phase mark (phases_): an external event node when captured, a plain record when eager
+  auto phase = [&](int i) -> status {
+    if (phases_)
+      CEDAR_CU(cudaEventRecordWithFlags(phase_events_[i], stream_, cudaEventRecordExternal), "cuda backend: phase event");
+    return {};
+  };
   auto enqueue = [&]() -> status {
+    CEDAR_TRY(phase(0));
     // ---- embedding: hc copies; the first block collapses with pre = e0 ----------------------
     CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
+    CEDAR_TRY(phase(1));
     CEDAR_CU(cudaMemsetAsync(zeroed, 0, sizeof(int) * n_zeroed, stream_), "cuda backend: memset");
     if (!rx_len[0].empty())  // a chunk: the sequence's ring entries into the extended rings
       CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_rx[0][0]), (uint8_t* const*)at(o_rx[0][1]),
@@ -1593,6 +1612,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
                                 (const uint32_t*)at(o_rx[1][2]), (int)rx_len[1].size(), stream_));
     CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_ssrc), (uint8_t* const*)at(o_sdst), (const uint32_t*)at(o_slen),
                               n_spans, stream_));
+    CEDAR_TRY(phase(2));
     // one download: logits, then the staged cache bytes
     if (lg_bytes)
       CEDAR_CU(cudaMemcpyAsync(pinned_, lg, lg_bytes, cudaMemcpyDeviceToHost, stream_), "cuda backend: logits download");
@@ -1613,7 +1633,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
                  "cuda backend: selections download");
       }
     }
-    return {};
+    return phase(3);
   };
 
   // ---- run: eagerly the first time a shape is seen, captured into a CUDA graph the second time,
@@ -1654,6 +1674,19 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   CEDAR_CU(cudaStreamSynchronize(stream_), "cuda backend: step");
   float dev_ms = -1.0f;
   last_device_ms_ = cudaEventElapsedTime(&dev_ms, events_[0], events_[1]) == cudaSuccess ? dev_ms : -1.0;
+  last_phases_ms_.clear();
+  if (phases_) {  // start event -> phase 0 -> 1 -> 2 -> 3 (a failed reading leaves them empty)
+    const cudaEvent_t mark[5] = {events_[0], phase_events_[0], phase_events_[1], phase_events_[2], phase_events_[3]};
+    for (int i = 0; i < 4; ++i) {
+      float ms = 0.0f;
+      if (cudaEventElapsedTime(&ms, mark[i], mark[i + 1]) != cudaSuccess) {
+        last_phases_ms_.clear();
+        cudaGetLastError();  // (a failed reading is not a sticky error; clear it)
+        break;
+      }
+      last_phases_ms_.push_back(ms);
+    }
+  }
   logits.resize((size_t)rows_out * V);
   std::memcpy(logits.data(), pinned_, lg_bytes);
 

@@ -600,7 +600,7 @@ int main(int argc, char** argv) {
           "                         [--profile] [--profile-csv FILE]\n"
           "                         [--prefill N] [--prefill-chunks 64,128,256] [--prefill-cpu N]\n"
           "                         [--prefill-csv FILE] [--replay N] [--no-decode]\n"
-          "                         [--timeline FILE]\n"
+          "                         [--timeline FILE] [--phases]\n"
           "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
           "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n"
           "--prefill N: also a prefill of an N-token prompt on the GPU per chunk size (CED, and the\n"
@@ -618,7 +618,10 @@ int main(int argc, char** argv) {
           "a table per kernel and one CSV row per launch (config, position, kernel, blocks, threads,\n"
           "us). Needs a build with -DCEDAR_CUDA_TIMELINE=ON (kernels record only in that build).\n"
           "The ms per step of a --timeline run include the host's reading of the records between\n"
-          "steps (device ms per step do not).\n");
+          "steps (device ms per step do not).\n"
+          "--phases: the device ms per step split at events inside the step's graph\n"
+          "(CEDAR_CUDA_STEP_PHASES=1): the graph launch (start event to first node), the upload,\n"
+          "the kernels, the downloads.\n");
       return 0;
     } else if (a == "--models") {
       models = val("--models");
@@ -637,6 +640,8 @@ int main(int argc, char** argv) {
       profile_path = val("--profile-csv");
     } else if (a == "--timeline") {
       timeline_path = val("--timeline");
+    } else if (a == "--phases") {
+      setenv("CEDAR_CUDA_STEP_PHASES", "1", 1);  // read by the backends made below
     } else if (a == "--prefill") {
       prefill_n = parse_list(val("--prefill"), "--prefill")[0];
     } else if (a == "--replay") {
@@ -778,6 +783,7 @@ int main(int argc, char** argv) {
           if (tl) tl->collect();
         }
         double dev_ms = 0;  // the backend's event-timed device work, summed over the steps
+        std::vector<double> phase_ms;  // --phases: the same split in phases, summed
         event_profiler prof;
         const auto t0 = std::chrono::steady_clock::now();
         for (int s = 0; s < steps && ok; ++s) {
@@ -796,6 +802,9 @@ int main(int argc, char** argv) {
             ok = false;
           }
           dev_ms += (*be)->last_step_device_ms();
+          const std::vector<double> ph = (*be)->last_step_phases_ms();
+          if (phase_ms.empty()) phase_ms.assign(ph.size(), 0.0);
+          for (size_t i = 0; i < ph.size() && i < phase_ms.size(); ++i) phase_ms[i] += ph[i];
         }
         if (!ok) return 1;
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
@@ -806,6 +815,9 @@ int main(int argc, char** argv) {
         std::printf("  %-8s ctx %7lld batch %3lld: %8.3f ms/step (device %.3f) %9.1f tok/s | roofline %9.1f tok/s "
                     "(%.1f MB/step) -> %5.1f%%\n",
                     name.c_str(), (long long)N, (long long)B, sec * 1e3, dev_ms, tps, roof, bytes / 1e6, 100 * tps / roof);
+        if (phase_ms.size() == 4)
+          std::printf("    phases (device ms per step): graph launch %.3f | upload %.3f | kernels %.3f | downloads %.3f\n",
+                      phase_ms[0] / steps, phase_ms[1] / steps, phase_ms[2] / steps, phase_ms[3] / steps);
         std::fflush(stdout);
         if (csv)
           std::fprintf(csv, "%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),
