@@ -157,12 +157,6 @@ bool env_on(const char* name) {
   return v && std::string(v) == "1";
 }
 
-// Two views the same launch class can read alike: format, shape and scale layout.
-bool same_layout(const kernels::qmatrix& a, const kernels::qmatrix& b) {
-  return a.format == b.format && a.rows == b.rows && a.cols == b.cols && a.scale_block_rows == b.scale_block_rows &&
-         a.scale_cols == b.scale_cols && !a.scale_e8m0 == !b.scale_e8m0 && !a.scale_f32 == !b.scale_f32;
-}
-
 // A numeric setting of the environment: `out` takes the value when `name` holds a whole number
 // >= lo (true); a value that is not one is left out with a warning naming it (false).
 bool env_int(const char* name, int lo, int& out) {
@@ -1535,7 +1529,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       // the shared expert's down projection in the routed experts' down launch (fuse_shared_rows_):
       // everything on this stream, no fork; its w2 must be a matrix like the experts' w2
       const bool shared_down = routed && !expert_order && B <= fuse_shared_rows_ && !b.shared.w1.empty() &&
-                               same_layout(b.shared.w2, b.x2);
+                               kcu::same_layout(b.shared.w2, b.x2);
       const bool fork = routed && moe_stream_ && !b.shared.w1.empty() && !shared_down;
       cudaStream_t es = fork ? moe_stream_ : stream_;
       if (fork) {

@@ -326,19 +326,19 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
   const int i = (int)blockIdx.y;
   const bool glu = G && p.glu;
   const bool second = !glu && blockIdx.x >= blocks_a;
-  if constexpr (!G) {
-  if (i >= p.n) {  // a fixed item (qgemv_expert refuses them with wb, route, glu or the norm)
-    qgemv_params q;
-    q.w = p.fixed_a;
-    q.m = 1;
-    q.x = p.fixed_x + (int64_t)(i - p.n) * p.fixed_ldx;
-    q.ldx = p.fixed_ldx;
-    q.y = p.fixed_y + (int64_t)(i - p.n) * p.fixed_ldy;
-    q.ldy = p.fixed_ldy;
-    q.accumulate = false;
-    qgemv_body<F, V, 1, RW, WS, false>(q, blockIdx.x, 0);
-    return;
-  }
+  if constexpr (!G) {  // (a SwiGLU launch has no fixed items: qgemv_expert refuses them)
+    if (i >= p.n) {  // a fixed item: matrix fixed_a, its own x and y rows
+      qgemv_params q;
+      q.w = p.fixed_a;
+      q.m = 1;
+      q.x = p.fixed_x + (int64_t)(i - p.n) * p.fixed_ldx;
+      q.ldx = p.fixed_ldx;
+      q.y = p.fixed_y + (int64_t)(i - p.n) * p.fixed_ldy;
+      q.ldy = p.fixed_ldy;
+      q.accumulate = false;
+      qgemv_body<F, V, 1, RW, WS, false>(q, blockIdx.x, 0);
+      return;
+    }
   }
   __shared__ float s_weight;  // glu with route: the item's routing weight
   int e;
@@ -551,6 +551,11 @@ status launch_expert(const qgemv_expert_params& p, cudaStream_t s) {
 
 }  // namespace
 
+bool same_layout(const qmatrix& a, const qmatrix& b) {
+  return a.format == b.format && a.rows == b.rows && a.cols == b.cols && a.scale_block_rows == b.scale_block_rows &&
+         a.scale_cols == b.scale_cols && !a.scale_e8m0 == !b.scale_e8m0 && !a.scale_f32 == !b.scale_f32;
+}
+
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
   auto bad = [](const std::string& what) { return make_error(errc::invalid_argument, "qgemv_expert: " + what); };
   if (p.n < 0 || p.x_div <= 0 || p.n_fixed < 0) return bad("n and n_fixed must be >= 0 and x_div > 0");
@@ -571,13 +576,10 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
   if (p.n_fixed > 0) {  // the fixed items: the plain form, a matrix like the experts'
     if (p.wb || p.route || p.glu || p.x_norm_w)
       return bad("fixed items (n_fixed) only in a launch without wb, route, glu or x_norm_w");
-    const qmatrix& f = p.fixed_a;
-    if (f.format != p.like_a.format || f.rows != p.like_a.rows || f.cols != p.like_a.cols ||
-        f.scale_block_rows != p.like_a.scale_block_rows || f.scale_cols != p.like_a.scale_cols ||
-        !f.scale_e8m0 != !p.like_a.scale_e8m0 || !f.scale_f32 != !p.like_a.scale_f32)
+    if (!same_layout(p.fixed_a, p.like_a))
       return bad("fixed_a differs from the experts' matrices in format, shape or scale layout");
     qgemv_params fp;
-    fp.w = f, fp.m = 1, fp.x = p.fixed_x, fp.ldx = p.fixed_ldx, fp.y = p.fixed_y, fp.ldy = p.fixed_ldy;
+    fp.w = p.fixed_a, fp.m = 1, fp.x = p.fixed_x, fp.ldx = p.fixed_ldx, fp.y = p.fixed_y, fp.ldy = p.fixed_ldy;
     if (auto st = check_params(fp); !st.ok()) return bad("fixed items: " + st.err().message);
   }
   switch (class_of(p.like_a)) {

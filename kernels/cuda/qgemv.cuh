@@ -119,6 +119,9 @@ struct qgemv_expert_params {
   int fixed_ldy = 0;
 };
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
+// Whether two weight views are alike for one expert launch: format, shape and scale layout
+// (a fixed item's matrix must be like the experts'; the caller can test before asking).
+bool same_layout(const qmatrix& a, const qmatrix& b);
 
 // y[m, n] = x[m, n] · rsqrt(mean(x²) + eps) · weight[n] (MODEL_SPEC §1 RMSNorm), fp32, one
 // block per row. x and y may alias.
