@@ -160,15 +160,14 @@ __global__ void block_max_kernel(const float* score, const int* vis, int R, int 
 // Thread t owns the contiguous ids [t·C, t·C + C) (C = ceil(E / threads), rounded up to a power
 // of two ≤ 32 so the keys stay in registers: the row is read from memory once; past 16384 ids,
 // C = 0 reads the row from global memory at every pass). The threshold — the k-th largest
-// key — is found 8 bits at a time from the top: a shared histogram per pass, then a block-wide
-// scan picks the digit (no serial loop over the bins); the ids above the threshold, and the
-// lowest-id ties, are written in id order at positions from block-wide exclusive scans.
-// Histograms (spread, CEDAR_CUDA_TOPK_SPREAD=1): one copy of the 256 bins per lane index ([bin][lane], 32 KB),
-// so that the 32 lanes of a warp count into 32 different banks whatever their digits: the first
-// pass sees nearly every key in the same few bins (the sign and the top of the exponent), which
-// on one shared copy serialises a warp's atomics up to 32 ways; a warp per bin then sums the 32
-// copies (one redux). Off by default: tested on an H200 (session 39) but measured no faster in a
-// whole step (within the run-to-run spread; README "Session 39").
+// key — is found 8 bits at a time from the top: a shared histogram per pass, then warp 0 scans
+// the 256 bins (8 per lane) and picks the digit while the other warps clear the next pass's
+// histogram — two barriers a pass (a block-wide scan per pass cost five; at batch 1 the kernel
+// was barrier-bound: ncu, session 40). It stops early once the choice is made (every finite key
+// taken, or the chosen bin taken whole). The ids above the threshold, and the lowest-id ties,
+// are written in id order at positions from one block-wide exclusive scan of both counts.
+// (Session 38's CEDAR_CUDA_TOPK_SPREAD — one histogram copy per lane, against the first pass's
+// bank conflicts — measured no faster on an H200 in session 39 and is gone with this form.)
 constexpr int k_topk_threads = 512;
 constexpr int k_topk_bins = 256;
 
@@ -244,15 +243,65 @@ __device__ __forceinline__ void write_selected(const uint32_t (&key)[C], uint32_
   }
 }
 
+// Warp 0's digit choice of a pass: lane l takes the bins of digits 255 − 8l … 248 − 8l (from
+// the top), a warp scan gives the keys above each, and the lane whose bin holds the need-th
+// largest key publishes the new prefix / mask / need. At pass 0 (prefix 0) the bins hold every
+// finite key: their total fixes k = min(K, finite) (s_k). Two early ends (s_done): every finite
+// key is taken (threshold −inf, no ties), or the chosen bin is taken whole (threshold one below
+// the bin's first key, no ties) — the same ids the remaining passes would find.
+__device__ __forceinline__ void topk_pick_digit(const uint32_t* bins, int shift, bool first, int K, uint32_t* s_prefix,
+                                                uint32_t* s_mask, int* s_need, int* s_k, int* s_done) {
+  const int lane = (int)threadIdx.x & 31;
+  const uint32_t neg_inf_key = order_key(-INFINITY);
+  const uint32_t prefix = *s_prefix, mask = *s_mask;
+  int need = *s_need;
+  const uint4 hi = *reinterpret_cast<const uint4*>(bins + 252 - 8 * lane);  // digits 255−8l … 252−8l
+  const uint4 lo4 = *reinterpret_cast<const uint4*>(bins + 248 - 8 * lane);
+  const uint32_t c[8] = {hi.w, hi.z, hi.y, hi.x, lo4.w, lo4.z, lo4.y, lo4.x};
+  int sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sum += (int)c[j];
+  int incl = sum;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  if (first) {
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    need = min(K, total);
+    if (lane == 0) *s_k = need;
+    if (need == 0 || need == total) {  // nothing finite, or every finite key taken
+      if (lane == 0) *s_prefix = neg_inf_key, *s_need = 0, *s_done = 1;
+      return;
+    }
+  }
+  int before = incl - sum;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    if (before < need && before + (int)c[j] >= need) {
+      const uint32_t np = prefix | ((uint32_t)(255 - 8 * lane - j) << shift);
+      const int rest = need - before;
+      if (rest == (int)c[j] && np > neg_inf_key + 1u) {  // the whole bin: every key >= np
+        *s_prefix = np - 1u, *s_need = 0, *s_done = 1;
+      } else {
+        *s_prefix = np, *s_mask = mask | (255u << shift), *s_need = rest;
+      }
+    }
+    before += (int)c[j];
+  }
+}
+
 template <int C>
-__global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score, int E, int K, int32_t* ids, int* nout,
-                                                               bool spread) {
+__global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score, int E, int K, int32_t* ids,
+                                                               int* nout) {
   pdl_entry();
-  __shared__ __align__(16) uint32_t hist[k_topk_bins * 32];  // [bin][lane] (spread) or [bin]
-  __shared__ uint32_t cnt[k_topk_bins];                       // spread: the bins' sums
+  // two histograms [2][bin] by pass parity: the one the next pass counts into is cleared while
+  // warp 0 picks this pass's digit (two barriers a pass)
+  __shared__ __align__(16) uint32_t hist[2 * k_topk_bins];
   __shared__ int tot[32];
   __shared__ uint32_t s_prefix, s_mask;
-  __shared__ int s_need;
+  __shared__ int s_need, s_k, s_done;
   const int r = blockIdx.x;
   const float* s = score + (size_t)r * E;
   const uint32_t neg_inf_key = order_key(-INFINITY);
@@ -262,63 +311,34 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
   if constexpr (C > 0) load_keys<C>(s, E, lo, (reinterpret_cast<uintptr_t>(score) & 15u) == 0, key);
   // the key of id lo + j (j < chunk); −inf past E
 #define CEDAR_TOPK_KEY(j) (C > 0 ? key[(j) < C ? (j) : 0] : (lo + (j) < hi ? order_key(s[lo + (j)]) : neg_inf_key))
-  // finite entries (> -inf) are the candidates
-  int nfin = 0;
-  if constexpr (C > 0) {
-#pragma unroll
-    for (int j = 0; j < C; ++j) nfin += key[j] > neg_inf_key;
-  } else {
-    for (int j = 0; j < chunk; ++j) nfin += CEDAR_TOPK_KEY(j) > neg_inf_key;
-  }
-  int finite = 0;
-  (void)block_exclusive_scan(nfin, tot, &finite);
-  const int k = min(K, finite);
-  if (threadIdx.x == 0) {
-    s_prefix = 0;
-    s_mask = 0;
-    s_need = k;
-  }
+  const int warp = (int)threadIdx.x >> 5;
+  for (int i = threadIdx.x; i < k_topk_bins; i += blockDim.x) hist[i] = 0;
+  if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_need = K, s_k = 0, s_done = 0;
   __syncthreads();
-  if (k > 0) {
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, nw = (int)blockDim.x >> 5;
-    const uint32_t hs = spread ? 5u : 0u, hl = spread ? (uint32_t)lane : 0u;  // bin b, lane l -> (b << hs) + hl
-    const int words = spread ? k_topk_bins * 32 : k_topk_bins;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int i = threadIdx.x; i < words / 4; i += blockDim.x) reinterpret_cast<uint4*>(hist)[i] = make_uint4(0, 0, 0, 0);
-      __syncthreads();
-      const uint32_t prefix = s_prefix, mask = s_mask;
-      const int need = s_need;
-      if constexpr (C > 0) {
+  int pass = 0;
+  for (int shift = 24; shift >= 0; shift -= 8, ++pass) {
+    const uint32_t prefix = s_prefix, mask = s_mask;
+    uint32_t* h = hist + (pass & 1) * k_topk_bins;
+    if constexpr (C > 0) {
 #pragma unroll
-        for (int j = 0; j < C; ++j)
-          if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&hist[(((key[j] >> shift) & 255u) << hs) + hl], 1u);
-      } else {
-        for (int j = 0; j < chunk; ++j) {
-          const uint32_t kk = CEDAR_TOPK_KEY(j);
-          if (kk > neg_inf_key && (kk & mask) == prefix) atomicAdd(&hist[(((kk >> shift) & 255u) << hs) + hl], 1u);
-        }
+      for (int j = 0; j < C; ++j)
+        if (key[j] > neg_inf_key && (key[j] & mask) == prefix) atomicAdd(&h[(key[j] >> shift) & 255u], 1u);
+    } else {
+      for (int j = 0; j < chunk; ++j) {
+        const uint32_t kk = CEDAR_TOPK_KEY(j);
+        if (kk > neg_inf_key && (kk & mask) == prefix) atomicAdd(&h[(kk >> shift) & 255u], 1u);
       }
-      __syncthreads();
-      if (spread) {  // warp w sums bins w, w + nw, ...: lane l reads copy l (one bank each)
-        for (int b = warp; b < k_topk_bins; b += nw) {
-          const uint32_t c = __reduce_add_sync(0xffffffffu, hist[b * 32 + lane]);
-          if (lane == 0) cnt[b] = c;
-        }
-        __syncthreads();
-      }
-      // digits from the top: thread t < 256 takes digit 255 − t; the digit whose bin holds the
-      // need-th largest key is where the running count first reaches `need`
-      const int h = threadIdx.x < k_topk_bins ? (int)(spread ? cnt[255 - threadIdx.x] : hist[255 - threadIdx.x]) : 0;
-      int all = 0;
-      const int before = block_exclusive_scan(h, tot, &all);
-      if (threadIdx.x < 256 && before < need && before + h >= need) {
-        s_prefix = prefix | ((uint32_t)(255 - threadIdx.x) << shift);
-        s_mask = mask | (255u << shift);
-        s_need = need - before;  // how many entries equal to the threshold to take (lowest ids first)
-      }
-      __syncthreads();
     }
+    __syncthreads();
+    if (warp == 0) {
+      topk_pick_digit(h, shift, pass == 0, K, &s_prefix, &s_mask, &s_need, &s_k, &s_done);
+    } else if ((int)threadIdx.x - 32 < k_topk_bins) {
+      hist[((pass + 1) & 1) * k_topk_bins + (int)threadIdx.x - 32] = 0;
+    }
+    __syncthreads();
+    if (s_done) break;
   }
+  const int k = s_k;
   const uint32_t thr = s_prefix;
   const int need_ties = s_need;
   // compaction in id order: each thread owns a contiguous range of ids
@@ -334,9 +354,14 @@ __global__ void __launch_bounds__(k_topk_threads) topk_kernel(const float* score
       }
     }
   }
-  int n_above = 0, n_ties = 0;
-  const int above_before = block_exclusive_scan(above, tot, &n_above);
-  int tie_rank = block_exclusive_scan(ties, tot, &n_ties);
+  int above_before = 0, tie_rank = 0, n_all = 0;
+  if (E < 65536) {  // both counts in one scan (each total < 2^16)
+    const int both = block_exclusive_scan(above | ties << 16, tot, &n_all);
+    above_before = both & 0xffff, tie_rank = both >> 16;
+  } else {
+    above_before = block_exclusive_scan(above, tot, &n_all);
+    tie_rank = block_exclusive_scan(ties, tot, &n_all);
+  }
   if (k > 0) {
     // position of an id in the output = entries above the threshold before it + ties taken before it
     int out_pos = above_before + min(tie_rank, need_ties);
@@ -524,8 +549,7 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
     return make_error(errc::invalid_argument, "cuda::topk: R " + std::to_string(R) + ", E " + std::to_string(E) +
                                                   ", K " + std::to_string(K));
   if (R == 0) return {};
-  // (the spread histograms and the cluster kernel: GPU-tested, measured no faster, off by default)
-  static const bool spread = env_choice("CEDAR_CUDA_TOPK_SPREAD", 0, 1, 0) != 0;
+  // (the cluster kernel: GPU-tested, measured no faster, off by default)
   // a cluster per row for the rows of a small step (up to 16 rows: a block per multiprocessor
   // or so) long enough to share, up to 32 ids per thread of the cluster
   static const bool cluster_env = env_choice("CEDAR_CUDA_TOPK_CLUSTER", 0, 1, 0) != 0;
@@ -543,13 +567,13 @@ status topk(const float* score, int R, int E, int K, int32_t* ids, int* n, cudaS
   }
   const int per = (E + k_topk_threads - 1) / k_topk_threads;  // ids per thread
   const dim3 grid((unsigned)R);
-  if (per <= 1) launch_kernel(topk_kernel<1>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
-  else if (per <= 2) launch_kernel(topk_kernel<2>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
-  else if (per <= 4) launch_kernel(topk_kernel<4>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
-  else if (per <= 8) launch_kernel(topk_kernel<8>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
-  else if (per <= 16) launch_kernel(topk_kernel<16>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
-  else if (per <= 32) launch_kernel(topk_kernel<32>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
-  else launch_kernel(topk_kernel<0>, grid, k_topk_threads, 0, stream, score, E, K, ids, n, spread);
+  if (per <= 1) launch_kernel(topk_kernel<1>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 2) launch_kernel(topk_kernel<2>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 4) launch_kernel(topk_kernel<4>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 8) launch_kernel(topk_kernel<8>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 16) launch_kernel(topk_kernel<16>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else if (per <= 32) launch_kernel(topk_kernel<32>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
+  else launch_kernel(topk_kernel<0>, grid, k_topk_threads, 0, stream, score, E, K, ids, n);
   CEDAR_CUDA_LAUNCHED("cuda::topk");
   return {};
 }

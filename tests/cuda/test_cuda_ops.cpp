@@ -371,6 +371,25 @@ INSTANTIATE_TEST_SUITE_P(shapes, cuda_indexer,
                                            index_case{4, 5000, 8, 64, 256, 64, 16},
                                            index_case{2, 65536, 64, 128, 512, 512, 64}));  // official sizes
 
+// cu::topk over the R rows of s (E scores each) against the CPU rule, id for id; n gets the
+// counts the kernel wrote.
+static void check_topk_rows(const std::vector<float>& s, int R, int E, int K, std::vector<int>& n) {
+  dev_array<float> ds(s);
+  dev_array<int32_t> dids((size_t)R * K);
+  dev_array<int> dn((size_t)R);
+  dids.poison();
+  ASSERT_TRUE(cu::topk(ds.p, R, E, K, dids.p, dn.p, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto ids = dids.download();
+  n = dn.download();
+  for (int r = 0; r < R; ++r) {
+    auto want = cpu_topk(s.data() + (size_t)r * E, E, K);
+    ASSERT_EQ(n[(size_t)r], (int)want.size()) << "E " << E << " row " << r;
+    for (size_t j = 0; j < want.size(); ++j)
+      ASSERT_EQ(ids[(size_t)r * K + j], want[j]) << "E " << E << " row " << r << " rank " << j;
+  }
+}
+
 TEST(cuda_topk, ties_go_to_the_lower_id_and_ids_come_back_ascending) {
   CEDAR_REQUIRE_GPU();
   // many exact ties, ±0, -inf holes, +inf: the radix select must match the CPU rule exactly;
@@ -389,21 +408,39 @@ TEST(cuda_topk, ties_go_to_the_lower_id_and_ids_come_back_ascending) {
   for (size_t i = 3; i < s.size(); i += 11) s[i] = -0.0f;
   s[17] = std::numeric_limits<float>::infinity();
   for (int t = 0; t < E; ++t) s[(size_t)E + t] = t < 100 ? 1.0f : -std::numeric_limits<float>::infinity();  // < K finite
-  dev_array<float> ds(s);
-  dev_array<int32_t> dids((size_t)R * K);
-  dev_array<int> dn((size_t)R);
-  dids.poison();
-  ASSERT_TRUE(cu::topk(ds.p, R, E, K, dids.p, dn.p, nullptr).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  auto ids = dids.download();
-  auto n = dn.download();
-  for (int r = 0; r < R; ++r) {
-    auto want = cpu_topk(s.data() + (size_t)r * E, E, K);
-    ASSERT_EQ(n[(size_t)r], (int)want.size()) << "row " << r;
-    for (size_t j = 0; j < want.size(); ++j)
-      ASSERT_EQ(ids[(size_t)r * K + j], want[j]) << "E " << E << " row " << r << " rank " << j;
-  }
+  std::vector<int> n;
+  check_topk_rows(s, R, E, K, n);
+  if (HasFatalFailure()) break;
   EXPECT_EQ(n[1], 100);
+  }
+  cu::set_topk_cluster(-1);
+}
+
+TEST(cuda_topk, early_ends_take_the_same_ids_as_the_full_select) {
+  CEDAR_REQUIRE_GPU();
+  // rows built so that the radix select may stop before its last pass: exactly K finite keys
+  // (every one taken), no finite key, K keys in a first-pass bin of their own above the rest
+  // (the bin taken whole), the K-th key alone in a later-pass bin, and K + 1 finite keys (a
+  // full select); each against the CPU rule, one block per row and a cluster per row
+  const int K = 64;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (const int cluster : {0, 1})
+  for (const int E : {100, 1000, 5000, 20000}) {
+    cu::set_topk_cluster(cluster);
+    const int R = 5;
+    std::mt19937 g(11u + (unsigned)E);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> s((size_t)R * E, ninf);
+    for (int t = 0; t < K; ++t) s[(size_t)(t * 13) % (size_t)E] = nd(g);            // row 0: K finite
+    // row 1: all -inf
+    for (int t = 0; t < E; ++t) s[(size_t)2 * E + t] = (t % 97 < 1 && t / 97 < K) ? 1.0e20f + (float)t : nd(g);
+    for (int t = 0; t < E; ++t) s[(size_t)3 * E + t] = 1.0f + 1e-3f * (float)(t % 512);  // ties and close values
+    for (int t = 0; t < E && t <= K; ++t) s[(size_t)4 * E + (size_t)(E - 1 - t * (E / (K + 1)))] = nd(g);  // K + 1 finite
+    std::vector<int> n;
+    check_topk_rows(s, R, E, K, n);
+    if (HasFatalFailure()) break;
+    EXPECT_EQ(n[1], 0);
+    EXPECT_EQ(n[0], std::min(K, E));
   }
   cu::set_topk_cluster(-1);
 }
