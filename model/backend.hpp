@@ -52,9 +52,10 @@ class backend {
   // and download, so wall time minus this is host work); -1 where not measured (CPU).
   virtual double last_step_device_ms() const { return -1.0; }
   // The last decode_step's device time in phases, ms (CUDA with CEDAR_CUDA_STEP_PHASES=1: events
-  // recorded inside the step's graph): [0] from the step's start event to the graph's first
-  // node (the graph launch), [1] the step's upload, [2] the kernels (embedding to the last
-  // kernel), [3] the downloads; empty where not measured.
+  // recorded inside the step's graph): [0] from the step's start event to the end of its upload
+  // (the graph launch and the upload), [1] the kernels, [2] the downloads to the step's end
+  // event, and [3] (a graph replay only) the host's time in the cudaGraphLaunch call itself;
+  // empty where not measured.
   virtual std::vector<double> last_step_phases_ms() const { return {}; }
 };
 

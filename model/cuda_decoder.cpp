@@ -55,6 +55,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -355,10 +356,11 @@ class cuda_backend final : public backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   uint64_t graph_launches_ = 0;
   cudaEvent_t events_[2] = {nullptr, nullptr};  // around a step's device work
-  // diagnostics (CEDAR_CUDA_STEP_PHASES=1): external event nodes inside the step at its start,
-  // after the upload, after the last kernel and at its end (last_step_phases_ms)
+  // diagnostics (CEDAR_CUDA_STEP_PHASES=1): external event nodes inside the step after the
+  // upload and after the last kernel (last_step_phases_ms). None at the graph's head: an event
+  // node there delayed the first kernel by ~0.14 ms (H100, session 40)
   bool phases_ = false;
-  cudaEvent_t phase_events_[4] = {nullptr, nullptr, nullptr, nullptr};
+  cudaEvent_t phase_events_[2] = {nullptr, nullptr};
   std::vector<double> last_phases_ms_;
   // the mHC sites' mix weights (reduce + Sinkhorn) on a side stream, forked after each site's
   // kernel and joined before the next reader of pre/post/comb (CEDAR_CUDA_MHC_SIDE=0: in line)
@@ -1279,15 +1281,19 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
 
   // a phase mark (phases_): an external event node when captured, a plain record when eager
   auto phase = [&](int i) -> status {
-    if (phases_)
-      CEDAR_CU(cudaEventRecordWithFlags(phase_events_[i], stream_, cudaEventRecordExternal), "cuda backend: phase event");
+    if (!phases_) return {};
+    // (the external flag is an error outside a capture: CUDA's EventRecordFlags)
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CEDAR_CU(cudaStreamIsCapturing(stream_, &cs), "cuda backend: phase event");
+    CEDAR_CU(cudaEventRecordWithFlags(phase_events_[i], stream_,
+                                      cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault),
+             "cuda backend: phase event");
     return {};
   };
   auto enqueue = [&]() -> status {
-    CEDAR_TRY(phase(0));
     // ---- embedding: hc copies; the first block collapses with pre = e0 ----------------------
     CEDAR_CU(cudaMemcpyAsync(dblob, pinned_, blob_.size(), cudaMemcpyHostToDevice, stream_), "cuda backend: step upload");
-    CEDAR_TRY(phase(1));
+    CEDAR_TRY(phase(0));
     CEDAR_CU(cudaMemsetAsync(zeroed, 0, sizeof(int) * n_zeroed, stream_), "cuda backend: memset");
     if (!rx_len[0].empty())  // a chunk: the sequence's ring entries into the extended rings
       CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_rx[0][0]), (uint8_t* const*)at(o_rx[0][1]),
@@ -1606,7 +1612,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
                                 (const uint32_t*)at(o_rx[1][2]), (int)rx_len[1].size(), stream_));
     CEDAR_TRY(kcu::copy_spans((const uint8_t* const*)at(o_ssrc), (uint8_t* const*)at(o_sdst), (const uint32_t*)at(o_slen),
                               n_spans, stream_));
-    CEDAR_TRY(phase(2));
+    CEDAR_TRY(phase(1));
     // one download: logits, then the staged cache bytes
     if (lg_bytes)
       CEDAR_CU(cudaMemcpyAsync(pinned_, lg, lg_bytes, cudaMemcpyDeviceToHost, stream_), "cuda backend: logits download");
@@ -1627,7 +1633,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
                  "cuda backend: selections download");
       }
     }
-    return phase(3);
+    return {};
   };
 
   // ---- run: eagerly the first time a shape is seen, captured into a CUDA graph the second time,
@@ -1639,8 +1645,11 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   for (auto& [name, m] : scratch_) key.push_back((uintptr_t)m.p);
   const bool graphs = graphs_ && !trace_ && !chunk;  // a prefill chunk runs op by op
   CEDAR_CU(cudaEventRecord(events_[0], stream_), "cuda backend: event");  // before any capture
+  double launch_host_ms = -1.0;  // the host's cudaGraphLaunch call of a replay (phases_)
   if (graphs && graph_exec_ && key == graph_key_) {
+    const auto h0 = std::chrono::steady_clock::now();
     CEDAR_CU(cudaGraphLaunch(graph_exec_, stream_), "cuda backend: graph launch");
+    launch_host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
     ++graph_launches_;
   } else if (graphs && key == warm_key_) {
     cudaGraph_t g = nullptr;
@@ -1669,9 +1678,9 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   float dev_ms = -1.0f;
   last_device_ms_ = cudaEventElapsedTime(&dev_ms, events_[0], events_[1]) == cudaSuccess ? dev_ms : -1.0;
   last_phases_ms_.clear();
-  if (phases_) {  // start event -> phase 0 -> 1 -> 2 -> 3 (a failed reading leaves them empty)
-    const cudaEvent_t mark[5] = {events_[0], phase_events_[0], phase_events_[1], phase_events_[2], phase_events_[3]};
-    for (int i = 0; i < 4; ++i) {
+  if (phases_) {  // start event -> after the upload -> after the last kernel -> end event
+    const cudaEvent_t mark[4] = {events_[0], phase_events_[0], phase_events_[1], events_[1]};
+    for (int i = 0; i < 3; ++i) {
       float ms = 0.0f;
       if (cudaEventElapsedTime(&ms, mark[i], mark[i + 1]) != cudaSuccess) {
         last_phases_ms_.clear();
@@ -1680,6 +1689,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
       }
       last_phases_ms_.push_back(ms);
     }
+    if (!last_phases_ms_.empty() && launch_host_ms >= 0) last_phases_ms_.push_back(launch_host_ms);
   }
   logits.resize((size_t)rows_out * V);
   std::memcpy(logits.data(), pinned_, lg_bytes);

@@ -620,8 +620,9 @@ int main(int argc, char** argv) {
           "The ms per step of a --timeline run include the host's reading of the records between\n"
           "steps (device ms per step do not).\n"
           "--phases: the device ms per step split at events inside the step's graph\n"
-          "(CEDAR_CUDA_STEP_PHASES=1): the graph launch (start event to first node), the upload,\n"
-          "the kernels, the downloads.\n");
+          "(CEDAR_CUDA_STEP_PHASES=1): the graph launch and the upload (start event to the end of\n"
+          "the upload), the kernels, the downloads (to the end event); and the host's time in the\n"
+          "cudaGraphLaunch call of a replay.\n");
       return 0;
     } else if (a == "--models") {
       models = val("--models");
@@ -779,11 +780,17 @@ int main(int argc, char** argv) {
           kcu::set_profiler(tl.get());
         }
         for (int w = 0; w < 2 && ok; ++w) {
-          ok = (*be)->decode_step(ptrs, tok, logits).ok();  // uploads + warm-up
+          auto st = (*be)->decode_step(ptrs, tok, logits);  // uploads + warm-up
+          if (!st) {
+            std::fprintf(stderr, "bench_cuda_decode: warm-up step %d: %s\n", w, st.err().message.c_str());
+            ok = false;
+          }
           if (tl) tl->collect();
         }
         double dev_ms = 0;  // the backend's event-timed device work, summed over the steps
-        std::vector<double> phase_ms;  // --phases: the same split in phases, summed
+        std::vector<double> phase_ms;  // --phases: the same split in phases, summed over the steps
+        std::vector<int> phase_n;      // (the host launch call: replays only)
+        int steps_run = 0;
         event_profiler prof;
         const auto t0 = std::chrono::steady_clock::now();
         for (int s = 0; s < steps && ok; ++s) {
@@ -803,8 +810,9 @@ int main(int argc, char** argv) {
           }
           dev_ms += (*be)->last_step_device_ms();
           const std::vector<double> ph = (*be)->last_step_phases_ms();
-          if (phase_ms.empty()) phase_ms.assign(ph.size(), 0.0);
-          for (size_t i = 0; i < ph.size() && i < phase_ms.size(); ++i) phase_ms[i] += ph[i];
+          if (ph.size() > phase_ms.size()) phase_ms.resize(ph.size(), 0.0), phase_n.resize(ph.size(), 0);
+          for (size_t i = 0; i < ph.size(); ++i) phase_ms[i] += ph[i], ++phase_n[i];
+          ++steps_run;
         }
         if (!ok) return 1;
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
@@ -815,9 +823,13 @@ int main(int argc, char** argv) {
         std::printf("  %-8s ctx %7lld batch %3lld: %8.3f ms/step (device %.3f) %9.1f tok/s | roofline %9.1f tok/s "
                     "(%.1f MB/step) -> %5.1f%%\n",
                     name.c_str(), (long long)N, (long long)B, sec * 1e3, dev_ms, tps, roof, bytes / 1e6, 100 * tps / roof);
-        if (phase_ms.size() == 4)
-          std::printf("    phases (device ms per step): graph launch %.3f | upload %.3f | kernels %.3f | downloads %.3f\n",
-                      phase_ms[0] / steps, phase_ms[1] / steps, phase_ms[2] / steps, phase_ms[3] / steps);
+        if (phase_ms.size() >= 3 && phase_n[0] == steps_run) {
+          std::printf("    phases (device ms per step): graph launch + upload %.3f | kernels %.3f | downloads %.3f",
+                      phase_ms[0] / steps, phase_ms[1] / steps, phase_ms[2] / steps);
+          if (phase_ms.size() > 3 && phase_n[3] > 0)
+            std::printf(" | host cudaGraphLaunch call %.3f (%d replays)", phase_ms[3] / phase_n[3], phase_n[3]);
+          std::printf("\n");
+        }
         std::fflush(stdout);
         if (csv)
           std::fprintf(csv, "%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),

@@ -318,3 +318,51 @@ TEST(cuda_decode, graph_replay_equals_eager_launches) {
   EXPECT_EQ(identical, steps);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(a[(size_t)r].source(0).main, g[(size_t)r].source(0).main);
 }
+
+// CEDAR_CUDA_STEP_PHASES=1: every step reports its device time split at events inside the step
+// (graph launch + upload, kernels, downloads; a graph replay adds the host's cudaGraphLaunch
+// call) — eager, captured and replayed steps alike — and the three device phases add up to the
+// step's device time; the logits equal those of a backend without the events.
+TEST(cuda_decode, step_phases_split_the_device_time) {
+  CEDAR_REQUIRE_GPU();
+  auto m = load_shipped();
+  ASSERT_TRUE(m.eng);
+  const cm::model_config& c = m.eng->config();
+  auto plain = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  setenv("CEDAR_CUDA_STEP_PHASES", "1", 1);
+  auto timed = cm::make_backend(*m.eng, cm::backend_request::cuda);
+  unsetenv("CEDAR_CUDA_STEP_PHASES");
+  ASSERT_TRUE(plain.ok() && timed.ok());
+  cm::sequence a(c), g(c);
+  const auto t = random_tokens(60, c.vocab_size, 77);
+  ASSERT_TRUE((*plain)->prefill(a, t).ok());
+  ASSERT_TRUE((*timed)->prefill(g, t).ok());
+  cm::sequence *pa = &a, *pg = &g;
+  int32_t next = 5;
+  std::vector<float> la, lg;
+  int replays = 0;
+  for (int s = 0; s < 6; ++s) {  // eager, captured, then replayed
+    ASSERT_TRUE((*plain)->decode_step({&pa, 1}, {&next, 1}, la).ok());
+    auto st = (*timed)->decode_step({&pg, 1}, {&next, 1}, lg);
+    ASSERT_TRUE(st.ok()) << "step " << s << ": " << st.err().message;
+    EXPECT_EQ(la, lg) << "step " << s;
+    EXPECT_TRUE((*plain)->last_step_phases_ms().empty());
+    const std::vector<double> ph = (*timed)->last_step_phases_ms();
+    ASSERT_GE(ph.size(), 3u) << "step " << s;
+    ASSERT_LE(ph.size(), 4u) << "step " << s;
+    double sum = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_GE(ph[i], 0.0) << "step " << s << " phase " << i;
+      sum += ph[i];
+    }
+    EXPECT_GT(ph[1], 0.0) << "step " << s << ": the kernels take time";
+    const double dev = (*timed)->last_step_device_ms();
+    EXPECT_NEAR(sum, dev, 1e-3 + 1e-3 * dev) << "step " << s;
+    if (ph.size() == 4) {  // a replay: its host launch call
+      EXPECT_GE(ph[3], 0.0);
+      ++replays;
+    }
+    next = argmax(la.data(), c.vocab_size);
+  }
+  EXPECT_GE(replays, 1) << "no step was a graph replay";
+}
