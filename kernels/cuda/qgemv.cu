@@ -12,7 +12,9 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace cedar::kernels::cuda {
@@ -58,16 +60,40 @@ __device__ __forceinline__ float e2m1_fast(uint32_t code) {
   return code & 8u ? -mag : mag;
 }
 
+// Weight loads through the non-coherent path with an L2 cache policy (createpolicy once per
+// thread: evict first, or evict normal — what a plain load does), carried by each load as a
+// cache hint.
+__device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
+  uint64_t pol;
+  if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint4 ldw4(const void* p, uint64_t pol) {
+  uint4 v;
+  asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(pol));
+  return v;
+}
+__device__ __forceinline__ uint2 ldw2(const void* p, uint64_t pol) {
+  uint2 v;
+  asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+  return v;
+}
+
 template <weight_format F, int V>
-__device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, float v[V]) {
+__device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, float v[V], uint64_t pol) {
   const int64_t trow = w.row0 + r;
   if constexpr (F == weight_format::f32) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + trow * w.cols + c);
-    const float4 a = __ldg(p), b = __ldg(p + 1);
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + trow * w.cols + c);
+    const uint4 ua = ldw4(p, pol), ub = ldw4(p + 1, pol);
+    const float4 a = make_float4(__uint_as_float(ua.x), __uint_as_float(ua.y), __uint_as_float(ua.z), __uint_as_float(ua.w));
+    const float4 b = make_float4(__uint_as_float(ub.x), __uint_as_float(ub.y), __uint_as_float(ub.z), __uint_as_float(ub.w));
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
     return 1.0f;
   } else if constexpr (F == weight_format::bf16) {
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + trow * w.cols + c));
+    const uint4 q = ldw4(static_cast<const uint16_t*>(w.data) + trow * w.cols + c, pol);
     const uint32_t u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -79,7 +105,7 @@ __device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, f
     const uint8_t* base = static_cast<const uint8_t*>(w.data) + trow * w.cols + c;
     const float s = block_scale(w, trow, c);
     if constexpr (V == 16) {
-      const uint4 q = __ldg(reinterpret_cast<const uint4*>(base));
+      const uint4 q = ldw4(base, pol);
       const uint32_t u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
       for (int k = 0; k < 4; k++) {
@@ -87,7 +113,7 @@ __device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, f
         half2_to(e4m3x2_to_half2(u[k] >> 16), v[4 * k + 2], v[4 * k + 3]);
       }
     } else {
-      const uint2 q = __ldg(reinterpret_cast<const uint2*>(base));
+      const uint2 q = ldw2(base, pol);
       half2_to(e4m3x2_to_half2(q.x & 0xFFFFu), v[0], v[1]);
       half2_to(e4m3x2_to_half2(q.x >> 16), v[2], v[3]);
       half2_to(e4m3x2_to_half2(q.y & 0xFFFFu), v[4], v[5]);
@@ -95,7 +121,7 @@ __device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, f
     }
     return s;
   } else {  // fp4_e2m1, V 32: 16 bytes = 32 codes, element 2i in the low nibble of byte i
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + (trow * w.cols + c) / 2));
+    const uint4 q = ldw4(static_cast<const uint8_t*>(w.data) + (trow * w.cols + c) / 2, pol);
     const uint32_t u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int k = 0; k < 32; k++) v[k] = e2m1_fast((u[k >> 3] >> (4 * (k & 7))) & 15u);
@@ -155,13 +181,14 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
 #pragma unroll
     for (int j = 0; j < MT; j++) xs[j] = j < mt ? __ldg(p.x_norm_inv + m0 + j) : 1.0f;
   }
+  const uint64_t pol = weight_policy(p.evict_first);
   if (ob < p.w.rows) {
 #pragma unroll 2
     for (int64_t c = ((int64_t)part * 32 + lane) * V; c < cols; c += (int64_t)32 * V * WS) {
       float wv[RW][V], ws[RW];
 #pragma unroll
       for (int i = 0; i < RW; i++) {
-        if (wr[i] < p.w.rows) ws[i] = loadv<F, V>(wm[i], wr[i], c, wv[i]);
+        if (wr[i] < p.w.rows) ws[i] = loadv<F, V>(wm[i], wr[i], c, wv[i], pol);
         else {
           ws[i] = 0.0f;
 #pragma unroll
@@ -277,6 +304,25 @@ __device__ __forceinline__ void block_weight_span(const qmatrix& w, unsigned bx,
   *bytes = (size_t)(n * row_bytes);
 }
 
+// A block's weight span into L2: per-line prefetches by its threads, or (bulk) bulk-copy-unit
+// prefetches by thread 0 with the evict-first policy, one per 64 KB (the range widened to
+// 16-byte bounds, inside the allocation: allocations are 256-byte aligned).
+__device__ __forceinline__ void prefetch_span(const char* p, size_t bytes, bool bulk) {
+  if (!bulk) {
+    l2_prefetch(p, bytes);
+    return;
+  }
+  if (threadIdx.x != 0) return;
+  const uint64_t pol = weight_policy(true);
+  uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + 15) & ~(uintptr_t)15;
+  constexpr uintptr_t chunk = (uintptr_t)64 << 10;
+  for (; b < e; b += chunk) {
+    const uint32_t n = (uint32_t)(e - b < chunk ? e - b : chunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(b), "r"(n), "l"(pol) : "memory");
+  }
+}
+
 // Before waiting for the previous kernel (pdl_prefetch_entry): ask L2 for this block's weight
 // rows (first m tile only; both matrices of a SwiGLU item), so that the weights stream while
 // the previous kernel finishes.
@@ -288,10 +334,10 @@ __device__ __forceinline__ void prefetch_block_weights(const qgemv_params& p, un
   const char* b;
   size_t n;
   block_weight_span<F, WS>(p.w, bx, ro, &b, &n);
-  l2_prefetch(b, n);
+  prefetch_span(b, n, p.bulk_prefetch);
   if (glu) {
     block_weight_span<F, WS>(p.glu_up, bx, ro, &b, &n);
-    l2_prefetch(b, n);
+    prefetch_span(b, n, p.bulk_prefetch);
   }
 }
 
@@ -336,6 +382,7 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
       q.y = p.fixed_y + (int64_t)(i - p.n) * p.fixed_ldy;
       q.ldy = p.fixed_ldy;
       q.accumulate = false;
+      q.evict_first = p.evict_first;
       qgemv_body<F, V, 1, RW, WS, false>(q, blockIdx.x, 0);
       return;
     }
@@ -373,6 +420,7 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
   q.y = p.y + (int64_t)i * p.ldy + (second ? p.like_a.rows : 0);
   q.ldy = p.ldy;
   q.accumulate = false;
+  q.evict_first = p.evict_first;
   q.x_norm_w = p.x_norm_w;
   q.x_norm_eps = p.x_norm_eps;
   q.x_norm_inv = p.x_norm_inv ? p.x_norm_inv + i / p.x_div : nullptr;
@@ -396,8 +444,19 @@ int64_t row_groups(const qgemv_params& p) {
   return (p.w.rows + ro - 1) / ro;
 }
 
+std::atomic<int>& evict_flag() {
+  static std::atomic<int> flag{[] {
+    const char* v = std::getenv("CEDAR_CUDA_WEIGHTS_EVICT_FIRST");
+    return !v ? 1 : std::string(v) == "0" ? 0 : std::string(v) == "2" ? 2 : 1;
+  }()};
+  return flag;
+}
+
 template <weight_format F, int V, int RW, int WS>
-status launch_ws(const qgemv_params& p, cudaStream_t s) {
+status launch_ws(const qgemv_params& p_in, cudaStream_t s) {
+  qgemv_params p = p_in;
+  p.evict_first = weights_evict_first();
+  p.bulk_prefetch = evict_flag().load(std::memory_order_relaxed) == 1;
   const int64_t groups = row_groups<RW>(p);
   constexpr int gpb = k_warps / WS;  // row groups per block
   const int mt = p.m >= 8 ? 8 : p.m >= 4 ? 4 : p.m >= 2 ? 2 : 1;
@@ -484,8 +543,11 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
   qgemv_group g;
   g.n = n;
   unsigned blocks = 0;
+  const bool ef = weights_evict_first(), bulk = evict_flag().load(std::memory_order_relaxed) == 1;
   for (int i = 0; i < n; ++i) {
     g.item[i] = items[i];
+    g.item[i].evict_first = ef;
+    g.item[i].bulk_prefetch = bulk;
     g.start[i] = blocks;
     blocks += (unsigned)((row_groups<RW>(items[i]) + gpb - 1) / gpb);
   }
@@ -528,7 +590,9 @@ status launch_class_group(launch_class c, const qgemv_params* items, int n, cuda
 namespace {
 
 template <weight_format F, int V, int RW>
-status launch_expert(const qgemv_expert_params& p, cudaStream_t s) {
+status launch_expert(const qgemv_expert_params& p_in, cudaStream_t s) {
+  qgemv_expert_params p = p_in;
+  p.evict_first = weights_evict_first();
   if (auto st = read_sms(); !st.ok()) return st;
   constexpr int64_t half = RW > 1 ? RW / 2 : 1;  // SwiGLU: RW / 2 rows of each matrix (never f32, RW 1)
   const int64_t ga = p.glu ? (p.like_a.rows + half - 1) / half : (p.like_a.rows + RW - 1) / RW;
@@ -550,6 +614,9 @@ status launch_expert(const qgemv_expert_params& p, cudaStream_t s) {
 }
 
 }  // namespace
+
+bool weights_evict_first() { return evict_flag().load(std::memory_order_relaxed) != 0; }
+void set_weights_evict_first(bool on) { evict_flag().store(on ? 1 : 0, std::memory_order_relaxed); }
 
 bool same_layout(const qmatrix& a, const qmatrix& b) {
   return a.format == b.format && a.rows == b.rows && a.cols == b.cols && a.scale_block_rows == b.scale_block_rows &&

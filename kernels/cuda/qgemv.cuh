@@ -40,6 +40,9 @@ struct qgemv_params {
   float* y = nullptr;        // [m, ldy] fp32, device
   int ldy = 0;
   bool accumulate = false;   // y += x·Wᵀ instead of y = x·Wᵀ
+  // (set by the launch from weights_evict_first(): the weight loads' L2 policy)
+  bool evict_first = false;
+  bool bulk_prefetch = false;  // (likewise: the pre-wait prefetches as evict-first bulk prefetches)
   // optional RMSNorm of each x row first (rms_norm's formula over the cols channels, weights
   // [cols]); saves the separate normalising launch when only projections read the normed row
   const float* x_norm_w = nullptr;
@@ -58,6 +61,16 @@ struct qgemv_params {
 };
 
 constexpr int k_qgemv_m_tile = 8;
+// The L2 policy of the vector path's weight stream: evict first (each weight is read once per
+// step, so its lines are the ones to drop, not the kernels' code, the activations or the KV
+// pages the next kernels and the next step read again): its loads carry an evict-first cache
+// hint and its pre-wait prefetches go through the bulk-copy unit with the same policy. Off,
+// the loads carry the evict-normal policy (a plain load's) and the prefetches are per line
+// (=2: evict-first loads, per-line prefetches). On unless
+// CEDAR_CUDA_WEIGHTS_EVICT_FIRST=0 (read once); set_weights_evict_first overrides (A/B runs).
+// Process-wide.
+bool weights_evict_first();
+void set_weights_evict_first(bool on);
 
 // Diagnostic switch for the tensor-core path (bf16, m > k_qgemv_m_tile): on unless the
 // environment has CEDAR_CUDA_QGEMV_MMA=0 (read once) or the device predates sm_80 (no bf16 mma.sync); set_qgemv_mma overrides (tests and
@@ -106,6 +119,7 @@ struct qgemv_expert_params {
   bool glu = false;
   float glu_limit = 0.0f;
   const float* glu_scale = nullptr;  // [n]
+  bool evict_first = false;  // (set by the launch: weights_evict_first())
   // fixed items (the shared expert's down projection beside the routed ones, in one launch):
   // items n .. n + n_fixed − 1 read matrix fixed_a (a view of like_a's format, shape and scale
   // layout), x row fixed_x + (i − n) · fixed_ldx, y row fixed_y + (i − n) · fixed_ldy; not with

@@ -778,12 +778,16 @@ __global__ void __launch_bounds__(k_cl_threads) sparse_attention_cluster_kernel(
     fo[x] = a / den;
   }
   __syncthreads();
+  // this block's reads of the cluster's shared memory are done (their values are in fo): say so
+  // now, wait for the others' only before leaving (no block leaves while another may still read
+  // its shared memory). Relaxed: the arrival publishes no writes.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   for (int x = threadIdx.x; x < nh * cw; x += blockDim.x) {
     const int h = x / cw, c = c0 + (x - h * cw);
     const float* fh = fo + h * cw - c0;  // fh[j]: channel j of head h (j in [c0, c0 + cw))
     p.out[((size_t)r * p.H + h0 + h) * D + c] = rope_channel(p, r, D, c, -1.0f, [&](int j) { return fh[j]; });
   }
-  cl.sync();  // no block leaves while another may still read its shared memory
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 
 // One block per (row, head): the splits' fold when no `done` counters are given.

@@ -1021,3 +1021,81 @@ TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) 
     EXPECT_NE(st.err().message.find("shared expert"), std::string::npos) << st.err().message;
   }
 }
+
+// The weight stream's L2 policy (weights_evict_first): evict-first loads and bulk prefetches
+// or plain ones give the same bits — single projections (both column splits), a group with a
+// SwiGLU item, routed experts — for every format; the switch is restored.
+TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
+  CEDAR_REQUIRE_GPU();
+  const bool was = cu::weights_evict_first();
+  std::mt19937 g(515u);
+  std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (F f : {F::f32, F::bf16, F::f8_e4m3, F::fp4_e2m1}) {
+    for (int m : {1, 3, 8}) {
+      // a tall matrix (one warp per row group) and a short wide one (columns split 4 ways)
+      const host_weight tall = make_weight(g, f, 2048, 256, f == F::f8_e4m3 ? 32 : 1);
+      const host_weight wide = make_weight(g, f, 64, 4096, f == F::f8_e4m3 ? 32 : 1);
+      const kc::qmatrix vt = dev_view(tall, keep), vw = dev_view(wide, keep);
+      std::vector<float> xt((size_t)m * 256), xw((size_t)m * 4096);
+      for (auto& v : xt) v = nd(g);
+      for (auto& v : xw) v = nd(g);
+      dev_array<float> dxt(xt), dxw(xw), yt((size_t)m * 2048), yw((size_t)m * 64), yg((size_t)m * 64);
+      auto run = [&](bool on) {
+        cu::set_weights_evict_first(on);
+        yt.poison(), yw.poison(), yg.poison();
+        cu::qgemv_params a;
+        a.w = vt, a.m = m, a.x = dxt.p, a.ldx = 256, a.y = yt.p, a.ldy = 2048;
+        cu::qgemv_params b;
+        b.w = vw, b.m = m, b.x = dxw.p, b.ldx = 4096, b.y = yw.p, b.ldy = 64;
+        EXPECT_TRUE(cu::qgemv(a, nullptr).ok());
+        EXPECT_TRUE(cu::qgemv(b, nullptr).ok());
+        cu::qgemv_params items[2] = {a, b};
+        items[1].y = yg.p;
+        if (f != F::f32) items[1].glu_up = vw, items[1].ldy = 64;  // a SwiGLU item beside a plain one
+        EXPECT_TRUE(cu::qgemv_grouped(items, 2, nullptr).ok());
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> out = yt.download();
+        for (const auto* d : {&yw, &yg}) {
+          const auto v = d->download();
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      };
+      const auto plain = run(false), evict = run(true);
+      ASSERT_TRUE(same_bits(plain, evict)) << "format " << (int)f << " m " << m;
+      for (float v : plain) ASSERT_TRUE(std::isfinite(v)) << "format " << (int)f << " m " << m;
+    }
+  }
+  // routed experts (the expert kernel's loads)
+  for (F f : {F::bf16, F::fp4_e2m1}) {
+    const int E = 4, R = 2, K = 2, Fr = 64, d = 512;
+    std::vector<kc::qmatrix> v1, v3;
+    for (int e = 0; e < E; ++e) {
+      v1.push_back(dev_view(make_weight(g, f, Fr, d, 1), keep));
+      v3.push_back(dev_view(make_weight(g, f, Fr, d, 1), keep));
+    }
+    auto up_array = [](const std::vector<kc::qmatrix>& v) {
+      return dev_array<uint8_t>(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                                     reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+    };
+    dev_array<uint8_t> d1 = up_array(v1), d3 = up_array(v3);
+    std::vector<float> x((size_t)R * d);
+    for (auto& v : x) v = nd(g);
+    dev_array<float> dx(x), dh((size_t)R * K * 2 * Fr);
+    dev_array<int32_t> dsel(std::vector<int32_t>{3, 1, 0, 2});
+    auto run = [&](bool on) {
+      cu::set_weights_evict_first(on);
+      dh.poison();
+      const auto st = cu::moe_up(reinterpret_cast<const kc::qmatrix*>(d1.p), reinterpret_cast<const kc::qmatrix*>(d3.p),
+                                 v1[0], v3[0], dsel.p, R, K, dx.p, d, Fr, dh.p, nullptr);
+      EXPECT_TRUE(st.ok()) << st.err().message;
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return dh.download();
+    };
+    const auto plain = run(false), evict = run(true);
+    ASSERT_TRUE(same_bits(plain, evict)) << "experts, format " << (int)f;
+    for (float v : plain) ASSERT_TRUE(std::isfinite(v)) << "experts, format " << (int)f;
+  }
+  cu::set_weights_evict_first(was);
+}
