@@ -22,25 +22,12 @@
 #include "model/backend.hpp"
 #include "model/model_dir.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
+#include "tests/cuda_model/model_test_util.hpp"
 
 namespace cm = cedar::model;
+using namespace cedar::test_cuda_model;
 
 namespace {
-
-// The checkout may sit elsewhere on the GPU machine: CEDAR_SOURCE_DIR in the environment wins.
-const std::string k_shipped =
-    std::string(std::getenv("CEDAR_SOURCE_DIR") ? std::getenv("CEDAR_SOURCE_DIR") : CEDAR_SOURCE_DIR) +
-    "/model/weights/cedar-agent-tiny";
-
-std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int> u(3, vocab - 1);
-  std::vector<int32_t> t((size_t)n);
-  for (auto& x : t) x = u(g);
-  return t;
-}
-
-int argmax(const float* v, int n) { return (int)(std::max_element(v, v + n) - v); }
 
 struct diff_stats {
   double max_abs = 0, max_ref = 0;
@@ -50,7 +37,7 @@ struct diff_stats {
       max_abs = std::max(max_abs, (double)std::fabs(a[i] - b[i]));
       max_ref = std::max(max_ref, (double)std::fabs(a[i]));
     }
-    argmax_diff += argmax(a, n) != argmax(b, n);
+    argmax_diff += argmax_of(a, n) != argmax_of(b, n);
     ++rows;
   }
   double rel() const { return max_abs / std::max(1e-30, max_ref); }
@@ -70,9 +57,8 @@ double entry_diff_fraction(const std::vector<uint8_t>& a, const std::vector<uint
 void compare_decode(const cm::engine& e, const std::vector<int>& lengths, int steps, double tol, const char* what) {
   const cm::model_config& c = e.config();
   auto cpu = cm::make_backend(e, cm::backend_request::cpu);
-  setenv("CEDAR_CUDA_PREFILL", "0", 1);  // equal states before the first step: both prefill on the CPU
-  auto gpu = cm::make_backend(e, cm::backend_request::cuda);
-  unsetenv("CEDAR_CUDA_PREFILL");
+  // equal states before the first step: both prefill on the CPU
+  auto gpu = cuda_backend_with(e, "CEDAR_CUDA_PREFILL", "0");
   ASSERT_TRUE(cpu.ok()) << cpu.err().message;
   ASSERT_TRUE(gpu.ok()) << gpu.err().message;
   ASSERT_EQ((*gpu)->kind(), cm::backend_kind::cuda);
@@ -85,11 +71,11 @@ void compare_decode(const cm::engine& e, const std::vector<int>& lengths, int st
   }
   std::vector<int32_t> next((size_t)B);
   for (int r = 0; r < B; ++r) {
-    const auto toks = random_tokens(lengths[(size_t)r], c.vocab_size, 100 + r);
+    const auto toks = tokens_of(lengths[(size_t)r], c.vocab_size, 100 + r);
     auto la = (*cpu)->prefill(a[(size_t)r], toks);
     auto lg = (*gpu)->prefill(g[(size_t)r], toks);
     ASSERT_TRUE(la.ok() && lg.ok());
-    next[(size_t)r] = argmax(la->values.data(), c.vocab_size);
+    next[(size_t)r] = argmax_of(la->values.data(), c.vocab_size);
   }
   std::vector<cm::sequence*> pa, pg;
   for (int r = 0; r < B; ++r) {
@@ -105,7 +91,7 @@ void compare_decode(const cm::engine& e, const std::vector<int>& lengths, int st
     ASSERT_EQ(la.size(), lg.size());
     for (int r = 0; r < B; ++r) {
       ds.add(la.data() + (size_t)r * c.vocab_size, lg.data() + (size_t)r * c.vocab_size, c.vocab_size);
-      next[(size_t)r] = argmax(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
+      next[(size_t)r] = argmax_of(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
     }
   }
   double worst_entries = 0;
@@ -132,17 +118,11 @@ void compare_decode(const cm::engine& e, const std::vector<int>& lengths, int st
   EXPECT_LE(worst_entries, 0.25);
 }
 
-cm::loaded_model load_shipped() {
-  auto m = cm::load_model_dir(k_shipped, false);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
-  return m.ok() ? *m : cm::loaded_model{};
-}
-
 }  // namespace
 
 TEST(cuda_decode, shipped_model_batch1_matches_cpu) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   if (std::getenv("CEDAR_CUDA_TRACE")) {
     // diagnostics: the CPU's residual streams after each layer for the first decoded token
@@ -150,9 +130,9 @@ TEST(cuda_decode, shipped_model_batch1_matches_cpu) {
     const cm::model_config& c = m.eng->config();
     cm::runner rn(*m.eng);
     cm::sequence s(c);
-    auto l0 = rn.prefill(s, random_tokens(301, c.vocab_size, 100));
+    auto l0 = rn.prefill(s, tokens_of(301, c.vocab_size, 100));
     ASSERT_TRUE(l0.ok());
-    const int32_t t = argmax(l0->values.data(), c.vocab_size);
+    const int32_t t = argmax_of(l0->values.data(), c.vocab_size);
     cm::forward_trace tr;
     cm::prefill_options o;
     o.mode = cm::prefill_mode::full_stack;
@@ -171,7 +151,7 @@ TEST(cuda_decode, shipped_model_batch1_matches_cpu) {
 
 TEST(cuda_decode, shipped_model_batch5_mixed_lengths_matches_cpu) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   // lengths: shorter than the window, odd/even (ratio-2 pending rows), several windows
   compare_decode(*m.eng, {7, 64, 65, 190, 1031}, 40, 2e-3, "shipped b5");
@@ -179,7 +159,7 @@ TEST(cuda_decode, shipped_model_batch5_mixed_lengths_matches_cpu) {
 
 TEST(cuda_decode, fp8_fp4_random_model_matches_cpu) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   cm::model_config c = m.eng->config();  // the shipped shape, random weights in the official layout
   const auto path = std::filesystem::temp_directory_path() / "cedar_cuda_fp8_random.safetensors";
@@ -198,19 +178,17 @@ TEST(cuda_decode, fp8_fp4_random_model_matches_cpu) {
 TEST(cuda_decode, mirror_follows_prefill_between_decode_steps) {
   for (const char* on : {"0", "1"}) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
   auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
-  setenv("CEDAR_CUDA_PREFILL", on, 1);
-  auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
-  unsetenv("CEDAR_CUDA_PREFILL");
+  auto gpu = cuda_backend_with(*m.eng, "CEDAR_CUDA_PREFILL", on);
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   // the vector kernels for the GPU's prefill chunks (the per-row arithmetic; prefill_test.cpp
   // measures what the tensor cores change)
   cedar::kernels::cuda::set_qgemv_mma(false);
   cm::sequence a(c), g(c);
-  const auto p1 = random_tokens(150, c.vocab_size, 1), p2 = random_tokens(37, c.vocab_size, 2);
+  const auto p1 = tokens_of(150, c.vocab_size, 1), p2 = tokens_of(37, c.vocab_size, 2);
   ASSERT_TRUE((*cpu)->prefill(a, p1).ok());
   ASSERT_TRUE((*gpu)->prefill(g, p1).ok());
   diff_stats ds;
@@ -223,7 +201,7 @@ TEST(cuda_decode, mirror_follows_prefill_between_decode_steps) {
       ASSERT_TRUE((*cpu)->decode_step({&pa, 1}, {&t, 1}, la).ok());
       ASSERT_TRUE((*gpu)->decode_step({&pg, 1}, {&t, 1}, lg).ok());
       ds.add(la.data(), lg.data(), c.vocab_size);
-      t = argmax(la.data(), c.vocab_size);
+      t = argmax_of(la.data(), c.vocab_size);
     }
     // the tool result arrives: prefilled on the CPU into both sequences
     ASSERT_TRUE((*cpu)->prefill(a, p2).ok());
@@ -240,27 +218,25 @@ TEST(cuda_decode, mirror_follows_prefill_between_decode_steps) {
 // Free greedy generation: the same 40 tokens on both backends.
 TEST(cuda_decode, greedy_generation_identical) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
   auto cpu = cm::make_backend(*m.eng, cm::backend_request::cpu);
-  setenv("CEDAR_CUDA_PREFILL", "0", 1);
-  auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
-  unsetenv("CEDAR_CUDA_PREFILL");
+  auto gpu = cuda_backend_with(*m.eng, "CEDAR_CUDA_PREFILL", "0");
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   std::vector<int32_t> out[2];
   for (int k = 0; k < 2; ++k) {
     cm::backend& be = k == 0 ? **cpu : **gpu;
     cm::sequence s(c);
-    auto l = be.prefill(s, random_tokens(222, c.vocab_size, 9));
+    auto l = be.prefill(s, tokens_of(222, c.vocab_size, 9));
     ASSERT_TRUE(l.ok());
-    int32_t t = argmax(l->values.data(), c.vocab_size);
+    int32_t t = argmax_of(l->values.data(), c.vocab_size);
     std::vector<float> lg;
     cm::sequence* ps = &s;
     for (int i = 0; i < 40; ++i) {
       out[k].push_back(t);
       ASSERT_TRUE(be.decode_step({&ps, 1}, {&t, 1}, lg).ok());
-      t = argmax(lg.data(), c.vocab_size);
+      t = argmax_of(lg.data(), c.vocab_size);
     }
   }
   EXPECT_EQ(out[0], out[1]);
@@ -268,7 +244,7 @@ TEST(cuda_decode, greedy_generation_identical) {
 
 TEST(cuda_decode, bad_input_is_an_error_not_a_crash) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   auto gpu = cm::make_backend(*m.eng, cm::backend_request::cuda);
   ASSERT_TRUE(gpu.ok());
@@ -288,19 +264,17 @@ TEST(cuda_decode, bad_input_is_an_error_not_a_crash) {
 // op (CEDAR_CUDA_GRAPHS=0 when the backend is made): same kernels, same inputs, same order.
 TEST(cuda_decode, graph_replay_equals_eager_launches) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
-  setenv("CEDAR_CUDA_GRAPHS", "0", 1);
-  auto eager = cm::make_backend(*m.eng, cm::backend_request::cuda);
-  unsetenv("CEDAR_CUDA_GRAPHS");
+  auto eager = cuda_backend_with(*m.eng, "CEDAR_CUDA_GRAPHS", "0");
   auto graph = cm::make_backend(*m.eng, cm::backend_request::cuda);
   ASSERT_TRUE(eager.ok() && graph.ok());
   std::vector<cm::sequence> a, g;
   for (int r = 0; r < 3; ++r) {
     a.emplace_back(c);
     g.emplace_back(c);
-    const auto t = random_tokens(90 + 41 * r, c.vocab_size, 50 + r);
+    const auto t = tokens_of(90 + 41 * r, c.vocab_size, 50 + r);
     ASSERT_TRUE((*eager)->prefill(a.back(), t).ok());
     ASSERT_TRUE((*graph)->prefill(g.back(), t).ok());
   }
@@ -313,7 +287,7 @@ TEST(cuda_decode, graph_replay_equals_eager_launches) {
     ASSERT_TRUE((*eager)->decode_step(pa, next, la).ok());
     ASSERT_TRUE((*graph)->decode_step(pg, next, lg).ok());
     identical += la == lg;
-    for (int r = 0; r < 3; ++r) next[(size_t)r] = argmax(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
+    for (int r = 0; r < 3; ++r) next[(size_t)r] = argmax_of(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
   }
   EXPECT_EQ(identical, steps);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(a[(size_t)r].source(0).main, g[(size_t)r].source(0).main);
@@ -325,16 +299,14 @@ TEST(cuda_decode, graph_replay_equals_eager_launches) {
 // step's device time; the logits equal those of a backend without the events.
 TEST(cuda_decode, step_phases_split_the_device_time) {
   CEDAR_REQUIRE_GPU();
-  auto m = load_shipped();
+  auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
   auto plain = cm::make_backend(*m.eng, cm::backend_request::cuda);
-  setenv("CEDAR_CUDA_STEP_PHASES", "1", 1);
-  auto timed = cm::make_backend(*m.eng, cm::backend_request::cuda);
-  unsetenv("CEDAR_CUDA_STEP_PHASES");
+  auto timed = cuda_backend_with(*m.eng, "CEDAR_CUDA_STEP_PHASES", "1");
   ASSERT_TRUE(plain.ok() && timed.ok());
   cm::sequence a(c), g(c);
-  const auto t = random_tokens(60, c.vocab_size, 77);
+  const auto t = tokens_of(60, c.vocab_size, 77);
   ASSERT_TRUE((*plain)->prefill(a, t).ok());
   ASSERT_TRUE((*timed)->prefill(g, t).ok());
   cm::sequence *pa = &a, *pg = &g;
@@ -362,7 +334,7 @@ TEST(cuda_decode, step_phases_split_the_device_time) {
       EXPECT_GE(ph[3], 0.0);
       ++replays;
     }
-    next = argmax(la.data(), c.vocab_size);
+    next = argmax_of(la.data(), c.vocab_size);
   }
   EXPECT_GE(replays, 1) << "no step was a graph replay";
 }

@@ -24,6 +24,7 @@ namespace cedar::test_cuda_model {
 
 namespace cm = cedar::model;
 
+// The checkout may sit elsewhere on the GPU machine: CEDAR_SOURCE_DIR in the environment wins.
 inline const std::string k_shipped =
     std::string(std::getenv("CEDAR_SOURCE_DIR") ? std::getenv("CEDAR_SOURCE_DIR") : CEDAR_SOURCE_DIR) +
     "/model/weights/cedar-agent-tiny";
@@ -55,11 +56,19 @@ inline double differing(const uint8_t* a, const uint8_t* b, size_t n_entries, si
   return n_entries ? (double)d / (double)n_entries : 0.0;
 }
 
+// A cuda backend made while the environment has `name` = `value` (the backend reads its
+// switches when it is made; unset again after).
+inline result<std::unique_ptr<cm::backend>> cuda_backend_with(const cm::engine& e, const char* name,
+                                                             const std::string& value) {
+  setenv(name, value.c_str(), 1);
+  auto g = cm::make_backend(e, cm::backend_request::cuda);
+  unsetenv(name);
+  return g;
+}
+
 // A cuda backend made with CEDAR_CUDA_PREFILL_CHUNK = chunk.
 inline std::unique_ptr<cm::backend> gpu_with_chunk(const cm::engine& e, int chunk) {
-  setenv("CEDAR_CUDA_PREFILL_CHUNK", std::to_string(chunk).c_str(), 1);
-  auto g = cm::make_backend(e, cm::backend_request::cuda);
-  unsetenv("CEDAR_CUDA_PREFILL_CHUNK");
+  auto g = cuda_backend_with(e, "CEDAR_CUDA_PREFILL_CHUNK", std::to_string(chunk));
   EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.err().message);
   return g.ok() ? std::move(*g) : nullptr;
 }
