@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 namespace cedar::kernels::cuda {
@@ -444,11 +443,11 @@ int64_t row_groups(const qgemv_params& p) {
   return (p.w.rows + ro - 1) / ro;
 }
 
+// 0 evict-normal loads, per-line prefetches; 1 evict-first loads, bulk prefetches; 2 evict-first
+// loads, per-line prefetches (CEDAR_CUDA_WEIGHTS_EVICT_FIRST, read once; another value: a
+// warning naming it, 1)
 std::atomic<int>& evict_flag() {
-  static std::atomic<int> flag{[] {
-    const char* v = std::getenv("CEDAR_CUDA_WEIGHTS_EVICT_FIRST");
-    return !v ? 1 : std::string(v) == "0" ? 0 : std::string(v) == "2" ? 2 : 1;
-  }()};
+  static std::atomic<int> flag{env_choice("CEDAR_CUDA_WEIGHTS_EVICT_FIRST", 0, 2, 1)};
   return flag;
 }
 
