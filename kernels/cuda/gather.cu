@@ -38,6 +38,20 @@ __global__ void copy_spans_kernel(const uint8_t* const* src, uint8_t* const* dst
   for (uint32_t b = threadIdx.x; b < len[i]; b += blockDim.x) d[b] = s[b];
 }
 
+// Chunk j of the spans (l2_bulk_prefetch's 64 KB, counted over the spans in order) goes to
+// thread j mod (blocks × threads): a few bulk prefetches per thread, on the copy units of
+// several multiprocessors.
+constexpr int k_l2_blocks = 16, k_l2_threads = 32;
+
+__global__ void l2_prefetch_kernel(l2_prefetch_params p) {
+  pdl_prefetch_entry([&] {  // (only prefetches: nothing of the step is read or written)
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x, nt = gridDim.x * blockDim.x;
+    const uint64_t pol = make_l2_policy(l2_policy::evict_normal);
+    unsigned j = 0;  // chunks before span s
+    for (int s = 0; s < p.n; ++s) j += l2_bulk_prefetch(p.p[s], p.bytes[s], pol, (t + nt - j % nt) % nt, nt);
+  });
+}
+
 }  // namespace
 
 status embed_rows(const qmatrix& table, const int32_t* tok, int R, int copies, float* X, cudaStream_t stream) {
@@ -64,6 +78,19 @@ status copy_spans(const uint8_t* const* src, uint8_t* const* dst, const uint32_t
   if (n == 0) return {};
   launch_kernel(copy_spans_kernel, n, 128, 0, stream, src, dst, len);
   CEDAR_CUDA_LAUNCHED("copy_spans");
+  return {};
+}
+
+status l2_prefetch_spans(const l2_prefetch_params& p, cudaStream_t stream) {
+  if (p.n < 0 || p.n > k_l2_spans_max)
+    return make_error(errc::invalid_argument, "l2_prefetch_spans: " + std::to_string(p.n) + " spans (at most " +
+                                                  std::to_string(k_l2_spans_max) + ")");
+  for (int i = 0; i < p.n; ++i)
+    if (!p.p[i] && p.bytes[i] > 0)
+      return make_error(errc::invalid_argument, "l2_prefetch_spans: span " + std::to_string(i) + " has a null pointer");
+  if (p.n == 0) return {};
+  launch_kernel(l2_prefetch_kernel, k_l2_blocks, k_l2_threads, 0, stream, p);
+  CEDAR_CUDA_LAUNCHED("l2_prefetch_spans");
   return {};
 }
 

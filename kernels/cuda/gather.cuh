@@ -5,7 +5,10 @@
 //                forward.cpp engram_apply's gather);
 //   copy_spans   many small device-to-device byte copies in one launch (the new cache entries
 //                and pending rows a step hands back to the host, gathered into one staging
-//                buffer so that one transfer carries them).
+//                buffer so that one transfer carries them);
+//   l2_prefetch_spans  weights a step reads later asked into L2 now (a lookahead issued while
+//                the step's latency-bound kernels — index scores, top-k, attention — leave the
+//                DRAM idle); it reads nothing into registers and writes nothing.
 // Tables are kernels::qmatrix views with device pointers, dequantised per element
 // (qmatrix_device.cuh).
 #pragma once
@@ -29,5 +32,25 @@ status table_rows(const qmatrix& table, const int64_t* ids, int R, int n_layers,
 // n spans: bytes [src[i], src[i] + len[i]) -> dst[i].
 status copy_spans(const uint8_t* const* src, uint8_t* const* dst, const uint32_t* len, int n,
                   cudaStream_t stream);
+
+// Up to k_l2_spans_max byte ranges for l2_prefetch_spans (each shrunk to 16-byte bounds: a
+// range is never widened past its allocation).
+constexpr int k_l2_spans_max = 24;
+struct l2_prefetch_params {
+  const void* p[k_l2_spans_max] = {};
+  size_t bytes[k_l2_spans_max] = {};
+  int n = 0;
+  // appends [p, p + bytes) unless full or empty; false when full
+  bool add(const void* ptr, size_t n_bytes) {
+    if (!ptr || n_bytes == 0) return true;
+    if (n >= k_l2_spans_max) return false;
+    p[n] = ptr, bytes[n++] = n_bytes;
+    return true;
+  }
+};
+
+// Bulk L2 prefetches of the spans, evict-normal (64 KB each, spread over a few blocks; hints
+// only: the kernel ends as soon as they are issued). sm_90 (elsewhere a launch that does nothing).
+status l2_prefetch_spans(const l2_prefetch_params& p, cudaStream_t stream);
 
 }  // namespace cedar::kernels::cuda

@@ -22,6 +22,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "kernels/cuda/launch_profiler.hpp"
@@ -79,6 +81,37 @@ __device__ __forceinline__ void l2_prefetch_line(const void* p) {
 #if defined(__CUDA_ARCH__)
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
+}
+
+// L2 policies for the cache-hint forms of loads and bulk prefetches (createpolicy, sm_80+).
+enum class l2_policy { evict_first, evict_normal, evict_last };
+__device__ __forceinline__ uint64_t make_l2_policy(l2_policy k) {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (k == l2_policy::evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else if (k == l2_policy::evict_last) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  else asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+
+// L2 prefetches of [p, p + bytes) through the bulk-copy unit by the calling thread, under policy
+// pol: the range shrunk to 16-byte bounds (the unit's granule; never past the allocation) and
+// cut into 64 KB chunks, of which chunk k is issued when k % parts == part (threads sharing a
+// range). Returns the range's chunk count. A hint: nothing is read into registers. sm_90 only.
+__device__ __forceinline__ unsigned l2_bulk_prefetch(const void* p, size_t bytes, uint64_t pol, unsigned part = 0,
+                                                     unsigned parts = 1) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), e = (a + bytes) & ~(uintptr_t)15;
+  constexpr uintptr_t chunk = (uintptr_t)64 << 10;
+  unsigned k = 0;
+  for (uintptr_t c = (a + 15) & ~(uintptr_t)15; c < e; c += chunk, ++k) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (k % parts != part) continue;
+    const uint32_t n = (uint32_t)(e - c < chunk ? e - c : chunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(c), "r"(n), "l"(pol) : "memory");
+#endif
+  }
+  return k;
 }
 
 // pdl_entry() after `prefetch()`, which may only issue L2 prefetches of data that no kernel of

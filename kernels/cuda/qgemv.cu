@@ -63,10 +63,7 @@ __device__ __forceinline__ float e2m1_fast(uint32_t code) {
 // thread: evict first, or evict normal — what a plain load does), carried by each load as a
 // cache hint.
 __device__ __forceinline__ uint64_t weight_policy(bool evict_first) {
-  uint64_t pol;
-  if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  else asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
-  return pol;
+  return make_l2_policy(evict_first ? l2_policy::evict_first : l2_policy::evict_normal);
 }
 __device__ __forceinline__ uint4 ldw4(const void* p, uint64_t pol) {
   uint4 v;
@@ -304,22 +301,13 @@ __device__ __forceinline__ void block_weight_span(const qmatrix& w, unsigned bx,
 }
 
 // A block's weight span into L2: per-line prefetches by its threads, or (bulk) bulk-copy-unit
-// prefetches by thread 0 with the evict-first policy, one per 64 KB (the range widened to
-// 16-byte bounds, inside the allocation: allocations are 256-byte aligned).
+// prefetches by thread 0 with the evict-first policy (l2_bulk_prefetch).
 __device__ __forceinline__ void prefetch_span(const char* p, size_t bytes, bool bulk) {
   if (!bulk) {
     l2_prefetch(p, bytes);
     return;
   }
-  if (threadIdx.x != 0) return;
-  const uint64_t pol = weight_policy(true);
-  uintptr_t b = reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15;
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + 15) & ~(uintptr_t)15;
-  constexpr uintptr_t chunk = (uintptr_t)64 << 10;
-  for (; b < e; b += chunk) {
-    const uint32_t n = (uint32_t)(e - b < chunk ? e - b : chunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(b), "r"(n), "l"(pol) : "memory");
-  }
+  if (threadIdx.x == 0) l2_bulk_prefetch(p, bytes, weight_policy(true));
 }
 
 // Before waiting for the previous kernel (pdl_prefetch_entry): ask L2 for this block's weight
@@ -455,7 +443,7 @@ template <weight_format F, int V, int RW, int WS>
 status launch_ws(const qgemv_params& p_in, cudaStream_t s) {
   qgemv_params p = p_in;
   p.evict_first = weights_evict_first();
-  p.bulk_prefetch = evict_flag().load(std::memory_order_relaxed) == 1;
+  p.bulk_prefetch = weights_evict_mode() == 1;
   const int64_t groups = row_groups<RW>(p);
   constexpr int gpb = k_warps / WS;  // row groups per block
   const int mt = p.m >= 8 ? 8 : p.m >= 4 ? 4 : p.m >= 2 ? 2 : 1;
@@ -542,7 +530,7 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
   qgemv_group g;
   g.n = n;
   unsigned blocks = 0;
-  const bool ef = weights_evict_first(), bulk = evict_flag().load(std::memory_order_relaxed) == 1;
+  const bool ef = weights_evict_first(), bulk = weights_evict_mode() == 1;
   for (int i = 0; i < n; ++i) {
     g.item[i] = items[i];
     g.item[i].evict_first = ef;
@@ -614,8 +602,8 @@ status launch_expert(const qgemv_expert_params& p_in, cudaStream_t s) {
 
 }  // namespace
 
-bool weights_evict_first() { return evict_flag().load(std::memory_order_relaxed) != 0; }
-void set_weights_evict_first(bool on) { evict_flag().store(on ? 1 : 0, std::memory_order_relaxed); }
+int weights_evict_mode() { return evict_flag().load(std::memory_order_relaxed); }
+void set_weights_evict_mode(int mode) { evict_flag().store(mode >= 0 && mode <= 2 ? mode : 1, std::memory_order_relaxed); }
 
 bool same_layout(const qmatrix& a, const qmatrix& b) {
   return a.format == b.format && a.rows == b.rows && a.cols == b.cols && a.scale_block_rows == b.scale_block_rows &&

@@ -66,11 +66,12 @@ constexpr int k_qgemv_m_tile = 8;
 // pages the next kernels and the next step read again): its loads carry an evict-first cache
 // hint and its pre-wait prefetches go through the bulk-copy unit with the same policy. Off,
 // the loads carry the evict-normal policy (a plain load's) and the prefetches are per line
-// (=2: evict-first loads, per-line prefetches). On unless
-// CEDAR_CUDA_WEIGHTS_EVICT_FIRST=0 (read once); set_weights_evict_first overrides (A/B runs).
-// Process-wide.
-bool weights_evict_first();
-void set_weights_evict_first(bool on);
+// (=2: evict-first loads, per-line prefetches). The mode (0, 1 or 2) is 1 unless
+// CEDAR_CUDA_WEIGHTS_EVICT_FIRST says otherwise (read once); set_weights_evict_mode overrides
+// (tests, A/B runs; a mode outside 0..2 is taken as 1). Process-wide.
+int weights_evict_mode();
+void set_weights_evict_mode(int mode);
+inline bool weights_evict_first() { return weights_evict_mode() != 0; }
 
 // Diagnostic switch for the tensor-core path (bf16, m > k_qgemv_m_tile): on unless the
 // environment has CEDAR_CUDA_QGEMV_MMA=0 (read once) or the device predates sm_80 (no bf16 mma.sync); set_qgemv_mma overrides (tests and

@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cuda/device_probe.cuh"
+#include "kernels/cuda/gather.cuh"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/kv_pack.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
@@ -443,4 +444,43 @@ TEST(cuda_topk, early_ends_take_the_same_ids_as_the_full_select) {
     EXPECT_EQ(n[0], std::min(K, E));
   }
   cu::set_topk_cluster(-1);
+}
+
+// l2_prefetch_spans: ranges of any alignment and length (shorter than 16 bytes, across the 64 KB
+// chunks, up to an allocation's unaligned end) are asked into L2 without a fault (compute-sanitizer memcheck runs this test), and the bytes stay as they were; bad
+// parameters are named.
+TEST(cuda_l2_prefetch, spans_of_any_alignment_leave_the_bytes_unchanged) {
+  CEDAR_REQUIRE_GPU();
+  std::mt19937 g(77u);
+  std::vector<uint8_t> host((size_t)(3 << 20) + 37);
+  for (auto& b : host) b = (uint8_t)g();
+  dev_array<uint8_t> a(host), small(std::vector<uint8_t>(9, 7));
+  for (int pass = 0; pass < 2; ++pass) {  // (the second: lines already in L2)
+    cu::l2_prefetch_params p;
+    ASSERT_TRUE(p.add(a.p, host.size()));                 // the whole allocation, unaligned end
+    ASSERT_TRUE(p.add(a.p + 5, 11));                      // inside one 16-byte unit: nothing to ask
+    ASSERT_TRUE(p.add(a.p + 1000, (size_t)(1 << 20) + 3));  // unaligned both ends, many chunks
+    ASSERT_TRUE(p.add(small.p, 9));
+    ASSERT_TRUE(p.add(nullptr, 0));                       // empty: skipped
+    EXPECT_EQ(p.n, 4);
+    const auto st = cu::l2_prefetch_spans(p, nullptr);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  EXPECT_EQ(a.download(), host);
+  cu::l2_prefetch_params full;
+  for (int i = 0; i < cu::k_l2_spans_max; ++i) ASSERT_TRUE(full.add(a.p + i, 64));
+  EXPECT_FALSE(full.add(a.p, 64));  // full: refused, the count unchanged
+  EXPECT_EQ(full.n, cu::k_l2_spans_max);
+  EXPECT_TRUE(cu::l2_prefetch_spans(full, nullptr).ok());
+  cu::l2_prefetch_params bad;
+  bad.n = 1, bad.bytes[0] = 64;
+  auto st = cu::l2_prefetch_spans(bad, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("null pointer"), std::string::npos) << st.err().message;
+  bad.n = cu::k_l2_spans_max + 1;
+  st = cu::l2_prefetch_spans(bad, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("spans"), std::string::npos) << st.err().message;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

@@ -1024,10 +1024,15 @@ TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) 
 
 // The weight stream's L2 policy (weights_evict_first): evict-first loads and bulk prefetches
 // or plain ones give the same bits — single projections (both column splits), a group with a
-// SwiGLU item, routed experts — for every format; the switch is restored.
+// SwiGLU item, routed experts — for every format and each mode (0 evict-normal, 1 evict-first
+// with bulk prefetches, 2 evict-first with per-line ones); the mode is restored however the
+// test ends.
 TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
   CEDAR_REQUIRE_GPU();
-  const bool was = cu::weights_evict_first();
+  struct mode_guard {
+    int was = cu::weights_evict_mode();
+    ~mode_guard() { cu::set_weights_evict_mode(was); }
+  } guard;
   std::mt19937 g(515u);
   std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -1041,8 +1046,8 @@ TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
       for (auto& v : xt) v = nd(g);
       for (auto& v : xw) v = nd(g);
       dev_array<float> dxt(xt), dxw(xw), yt((size_t)m * 2048), yw((size_t)m * 64), yg((size_t)m * 64);
-      auto run = [&](bool on) {
-        cu::set_weights_evict_first(on);
+      auto run = [&](int mode) {
+        cu::set_weights_evict_mode(mode);
         yt.poison(), yw.poison(), yg.poison();
         cu::qgemv_params a;
         a.w = vt, a.m = m, a.x = dxt.p, a.ldx = 256, a.y = yt.p, a.ldy = 2048;
@@ -1062,8 +1067,8 @@ TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
         }
         return out;
       };
-      const auto plain = run(false), evict = run(true);
-      ASSERT_TRUE(same_bits(plain, evict)) << "format " << (int)f << " m " << m;
+      const auto plain = run(0);
+      for (int mode : {1, 2}) ASSERT_TRUE(same_bits(plain, run(mode))) << "format " << (int)f << " m " << m << " mode " << mode;
       for (float v : plain) ASSERT_TRUE(std::isfinite(v)) << "format " << (int)f << " m " << m;
     }
   }
@@ -1084,8 +1089,8 @@ TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
     for (auto& v : x) v = nd(g);
     dev_array<float> dx(x), dh((size_t)R * K * 2 * Fr);
     dev_array<int32_t> dsel(std::vector<int32_t>{3, 1, 0, 2});
-    auto run = [&](bool on) {
-      cu::set_weights_evict_first(on);
+    auto run = [&](int mode) {
+      cu::set_weights_evict_mode(mode);
       dh.poison();
       const auto st = cu::moe_up(reinterpret_cast<const kc::qmatrix*>(d1.p), reinterpret_cast<const kc::qmatrix*>(d3.p),
                                  v1[0], v3[0], dsel.p, R, K, dx.p, d, Fr, dh.p, nullptr);
@@ -1093,9 +1098,8 @@ TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return dh.download();
     };
-    const auto plain = run(false), evict = run(true);
-    ASSERT_TRUE(same_bits(plain, evict)) << "experts, format " << (int)f;
+    const auto plain = run(0);
+    for (int mode : {1, 2}) ASSERT_TRUE(same_bits(plain, run(mode))) << "experts, format " << (int)f << " mode " << mode;
     for (float v : plain) ASSERT_TRUE(std::isfinite(v)) << "experts, format " << (int)f;
   }
-  cu::set_weights_evict_first(was);
 }
