@@ -28,6 +28,7 @@
 #include <sstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,43 @@ std::vector<int64_t> parse_list(const std::string& s, const char* flag) {
     std::exit(2);
   }
   return v;
+}
+
+// One --variants entry: a label and the settings its backend is made under.
+struct variant {
+  std::string label;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+// "base;ahead:CEDAR_CUDA_L2_LOOKAHEAD=1,CEDAR_CUDA_L2_LOOKAHEAD_MB=16" -> two variants; exits
+// with a message naming the bad entry on anything else (an empty label, a setting without '=',
+// a name that is not CEDAR_CUDA_*, a label with a comma or a quote).
+std::vector<variant> parse_variants(const std::string& s) {
+  std::vector<variant> out;
+  std::stringstream ss(s);
+  std::string item;
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "bench_cuda_decode: --variants: \"%s\": %s\n", item.c_str(), why.c_str());
+    std::exit(2);
+  };
+  while (std::getline(ss, item, ';')) {
+    variant v;
+    const size_t colon = item.find(':');
+    v.label = item.substr(0, colon);
+    if (v.label.empty() || v.label.find_first_of(",\"") != std::string::npos) fail("a label without commas or quotes first");
+    if (colon != std::string::npos) {
+      std::stringstream es(item.substr(colon + 1));
+      std::string kv;
+      while (std::getline(es, kv, ',')) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos || kv.rfind("CEDAR_CUDA_", 0) != 0) fail("settings are CEDAR_CUDA_NAME=VALUE");
+        v.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+      }
+    }
+    out.push_back(std::move(v));
+  }
+  if (out.empty()) fail("no variant");
+  return out;
 }
 
 // ~1.2B parameters: the rand100m layer map at hidden 2048, 16 experts of 768, vocab 32768.
@@ -583,7 +621,8 @@ int main(int argc, char** argv) {
   int64_t prefill_n = 0, prefill_cpu_n = 1024, replay_n = 0;
   std::vector<int64_t> prefill_chunks = {64, 128, 256};
   std::vector<int64_t> contexts = {8192, 32768, 131072}, batches = {1, 8, 64};
-  int steps = 10;
+  int steps = 10, rounds = 1;
+  std::vector<variant> variants;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&](const char* what) -> std::string {
@@ -601,6 +640,7 @@ int main(int argc, char** argv) {
           "                         [--prefill N] [--prefill-chunks 64,128,256] [--prefill-cpu N]\n"
           "                         [--prefill-csv FILE] [--replay N] [--no-decode]\n"
           "                         [--timeline FILE] [--phases]\n"
+          "                         [--variants 'LABEL[:NAME=VALUE,...];...'] [--rounds N]\n"
           "Decode steps of the cuda backend end to end (tokens in, logits and cache bytes back), per\n"
           "model x context x batch, beside the copy-bandwidth roofline. Needs a GPU.\n"
           "--prefill N: also a prefill of an N-token prompt on the GPU per chunk size (CED, and the\n"
@@ -622,7 +662,12 @@ int main(int argc, char** argv) {
           "--phases: the device ms per step split at events inside the step's graph\n"
           "(CEDAR_CUDA_STEP_PHASES=1): the graph launch and the upload (start event to the end of\n"
           "the upload), the kernels, the downloads (to the end event); and the host's time in the\n"
-          "cudaGraphLaunch call of a replay.\n");
+          "cudaGraphLaunch call of a replay.\n"
+          "--variants: the decode runs once per variant, each with a backend made under its settings\n"
+          "(NAME=VALUE set in the environment while the backend is made, then unset: the settings\n"
+          "model/cuda_decoder.cpp reads, not the kernels' process-wide switches, which are read once);\n"
+          "--rounds N: the variants N times over, alternated (A/B runs on one warm GPU). The CSV's\n"
+          "first columns are the variant and the round.\n");
       return 0;
     } else if (a == "--models") {
       models = val("--models");
@@ -656,6 +701,10 @@ int main(int argc, char** argv) {
       prefill_csv_path = val("--prefill-csv");
     } else if (a == "--no-decode") {
       decode = false;
+    } else if (a == "--variants") {
+      variants = parse_variants(val("--variants"));
+    } else if (a == "--rounds") {
+      rounds = (int)parse_list(val("--rounds"), "--rounds")[0];
     } else if (a == "--quick") {
       contexts = {8192};
       batches = {1, 8};
@@ -697,7 +746,8 @@ int main(int argc, char** argv) {
   const double bw = copy_bandwidth();
   std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
-  if (csv) std::fprintf(csv, "model,params,context,batch,ms_per_step,device_ms_per_step,tok_per_s,bytes_per_step,roofline_tok_per_s,fraction\n");
+  if (variants.empty()) variants.push_back({"default", {}});
+  if (csv) std::fprintf(csv, "variant,round,model,params,context,batch,ms_per_step,device_ms_per_step,tok_per_s,bytes_per_step,roofline_tok_per_s,fraction\n");
   FILE* fcsv = prefill_csv_path.empty() ? nullptr : std::fopen(prefill_csv_path.c_str(), "w");
   if (!prefill_csv_path.empty() && !fcsv) {
     std::fprintf(stderr, "bench_cuda_decode: --prefill-csv: cannot write %s\n", prefill_csv_path.c_str());
@@ -750,12 +800,25 @@ int main(int argc, char** argv) {
       return std::move(*e);
     }();
     const cm::model_config& c = eng.config();
+    for (int round = 1; round <= rounds; ++round)
+    for (const variant& var : variants) {
+    std::vector<std::pair<std::string, std::optional<std::string>>> was;  // the settings before
+    for (const auto& [k, v] : var.env) {
+      const char* old = std::getenv(k.c_str());
+      was.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+      setenv(k.c_str(), v.c_str(), 1);
+    }
     auto be = cm::make_backend(eng, cm::backend_request::cuda);
+    for (auto it = was.rbegin(); it != was.rend(); ++it) {  // restored
+      if (it->second) setenv(it->first.c_str(), it->second->c_str(), 1);
+      else unsetenv(it->first.c_str());
+    }
     if (!be) {
       std::fprintf(stderr, "bench_cuda_decode: %s\n", be.err().message.c_str());
       return 1;
     }
-    std::printf("model %s: %.3g parameters; %s\n", name.c_str(), (double)eng.n_params(), (*be)->device().c_str());
+    std::printf("model %s: %.3g parameters; %s; variant %s, round %d\n", name.c_str(), (double)eng.n_params(),
+                (*be)->device().c_str(), var.label.c_str(), round);
     for (int64_t N : decode ? contexts : std::vector<int64_t>{}) {
       if (N + steps + 8 > c.max_position_embeddings) continue;
       auto base = synthetic_sequence(eng, N, 1);
@@ -832,16 +895,19 @@ int main(int argc, char** argv) {
         }
         std::fflush(stdout);
         if (csv)
-          std::fprintf(csv, "%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", name.c_str(), (long long)eng.n_params(),
+          std::fprintf(csv, "%s,%d,%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", var.label.c_str(), round,
+                       name.c_str(), (long long)eng.n_params(),
                        (long long)N, (long long)B, sec * 1e3, dev_ms, tps, bytes, roof, tps / roof);
-        char what[96];
-        std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld", name.c_str(), (long long)N, (long long)B);
+        char what[160];  // (with --variants: the variant and the round too)
+        std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld%s", name.c_str(), (long long)N, (long long)B,
+                      variants.size() > 1 || rounds > 1 ? ("/" + var.label + "/r" + std::to_string(round)).c_str() : "");
         if (profile) prof.report(what, pcsv);
         if (tl) {
           kcu::set_profiler(nullptr);
           tl->report(what, tcsv);
         }
       }
+    }
     }
     if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv, profile, pcsv))
       return 1;
