@@ -408,20 +408,23 @@ class cuda_backend final : public backend {
   // the shared expert's down projection as fixed items of the routed experts' down launch
   // (qgemv_expert's n_fixed) in steps of at most this many rows: one launch and the expert
   // stream's fork and join fewer per layer, the FFN's chain group → up → down. Its items read the
-  // weight once per row (the plain projection once per 8), so only small steps. GPU-tested; off
-  // (0) unless CEDAR_CUDA_FUSE_SHARED=N (steps of ≤ N rows): measured no faster in a whole step
-  // on an H200 (session 39).
-  int fuse_shared_rows_ = 0;
+  // weight once per row (the plain projection once per 8), so only small steps. Default 1 (steps
+  // of one row); CEDAR_CUDA_FUSE_SHARED=N: steps of ≤ N rows, 0 off. Measured (H100, session 43,
+  // device ms per step at 8K): the 1.2B config's batch 1 −1.9% (with N = 8 its batch 8 +0.6%),
+  // the shipped model's batch 1 −4%; no faster on an H200 in session 39, before the evict-first
+  // weight stream.
+  int fuse_shared_rows_ = 1;
   cudaEvent_t swa_events_[2] = {nullptr, nullptr};  // fork, join
-  // L2 lookahead (CEDAR_CUDA_L2_LOOKAHEAD=1): after a layer's q_b projection, the weights read
+  // L2 lookahead (on unless CEDAR_CUDA_L2_LOOKAHEAD=0): after a layer's q_b projection, the weights read
   // after its index scores, top-k and attention (which leave the DRAM idle) — its output
   // projections, the FFN site's mix weights, the FFN's gate and shared expert, at most
   // k_lookahead_bytes — are asked into L2 by l2_prefetch_spans on pf_stream_, forked from the
   // step's stream there and joined before the head. Measured (H100, 1.2B config at 8K, device
-  // ms per step): batch 1 −1.0%, batch 8 −0.4%; the next layer's attention-side projections
+  // ms per step): batch 1 −1.0%, batch 8 −0.4% (with the fused shared down: −2.2% / −0.7%, the
+  // shipped model's batch 1 −3%); the next layer's attention-side projections
   // prefetched after the FFN's shared expert, evict-last lines or a 12 MB cap were slower, and
   // so was the routed experts' up launch asking for their down matrices once routed (session 43).
-  bool l2_lookahead_ = false;
+  bool l2_lookahead_ = true;
   static constexpr size_t k_lookahead_bytes = (size_t)32 << 20;
   cudaStream_t pf_stream_ = nullptr;
   cudaEvent_t pf_events_[2] = {nullptr, nullptr};  // fork, join
