@@ -71,7 +71,7 @@ struct variant {
   std::vector<std::pair<std::string, std::string>> env;
 };
 
-// "base;ahead:CEDAR_CUDA_L2_LOOKAHEAD=1,CEDAR_CUDA_L2_LOOKAHEAD_MB=16" -> two variants; exits
+// "base;fused:CEDAR_CUDA_FUSE_SHARED=8,CEDAR_CUDA_SWA_SIDE=1" -> two variants; exits
 // with a message naming the bad entry on anything else (an empty label, a setting without '=',
 // a name that is not CEDAR_CUDA_*, a label with a comma or a quote).
 std::vector<variant> parse_variants(const std::string& s) {
@@ -664,7 +664,7 @@ int main(int argc, char** argv) {
           "the upload), the kernels, the downloads (to the end event); and the host's time in the\n"
           "cudaGraphLaunch call of a replay.\n"
           "--variants: the decode runs once per variant, each with a backend made under its settings\n"
-          "(NAME=VALUE set in the environment while the backend is made, then unset: the settings\n"
+          "(NAME=VALUE set in the environment while the backend is made, then restored: the settings\n"
           "model/cuda_decoder.cpp reads, not the kernels' process-wide switches, which are read once);\n"
           "--rounds N: the variants N times over, alternated (A/B runs on one warm GPU). The CSV's\n"
           "first columns are the variant and the round.\n");
@@ -801,114 +801,114 @@ int main(int argc, char** argv) {
     }();
     const cm::model_config& c = eng.config();
     for (int round = 1; round <= rounds; ++round)
-    for (const variant& var : variants) {
-    std::vector<std::pair<std::string, std::optional<std::string>>> was;  // the settings before
-    for (const auto& [k, v] : var.env) {
-      const char* old = std::getenv(k.c_str());
-      was.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
-      setenv(k.c_str(), v.c_str(), 1);
-    }
-    auto be = cm::make_backend(eng, cm::backend_request::cuda);
-    for (auto it = was.rbegin(); it != was.rend(); ++it) {  // restored
-      if (it->second) setenv(it->first.c_str(), it->second->c_str(), 1);
-      else unsetenv(it->first.c_str());
-    }
-    if (!be) {
-      std::fprintf(stderr, "bench_cuda_decode: %s\n", be.err().message.c_str());
-      return 1;
-    }
-    std::printf("model %s: %.3g parameters; %s; variant %s, round %d\n", name.c_str(), (double)eng.n_params(),
-                (*be)->device().c_str(), var.label.c_str(), round);
-    for (int64_t N : decode ? contexts : std::vector<int64_t>{}) {
-      if (N + steps + 8 > c.max_position_embeddings) continue;
-      auto base = synthetic_sequence(eng, N, 1);
-      if (!base) {
-        std::fprintf(stderr, "bench_cuda_decode: %s\n", base.err().message.c_str());
-        return 1;
-      }
-      for (int64_t B : batches) {
-        std::vector<cm::sequence> seqs(B, *base);
-        std::vector<cm::sequence*> ptrs;
-        for (auto& s : seqs) ptrs.push_back(&s);
-        std::vector<int32_t> tok((size_t)B, 17);
-        std::vector<float> logits;
-        bool ok = true;
-        std::unique_ptr<timeline_recorder> tl;
-        if (tcsv) {  // records the launches from the first step on (the graph is captured early)
-          tl = std::make_unique<timeline_recorder>();
-          if (!tl->ok()) {
-            std::fprintf(stderr, "bench_cuda_decode: --timeline: out of device memory\n");
+      for (const variant& var : variants) {
+        std::vector<std::pair<std::string, std::optional<std::string>>> was;  // the settings before
+        for (const auto& [k, v] : var.env) {
+          const char* old = std::getenv(k.c_str());
+          was.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+          setenv(k.c_str(), v.c_str(), 1);
+        }
+        auto be = cm::make_backend(eng, cm::backend_request::cuda);
+        for (auto it = was.rbegin(); it != was.rend(); ++it) {  // restored
+          if (it->second) setenv(it->first.c_str(), it->second->c_str(), 1);
+          else unsetenv(it->first.c_str());
+        }
+        if (!be) {
+          std::fprintf(stderr, "bench_cuda_decode: %s\n", be.err().message.c_str());
+          return 1;
+        }
+        std::printf("model %s: %.3g parameters; %s; variant %s, round %d\n", name.c_str(), (double)eng.n_params(),
+                    (*be)->device().c_str(), var.label.c_str(), round);
+        for (int64_t N : decode ? contexts : std::vector<int64_t>{}) {
+          if (N + steps + 8 > c.max_position_embeddings) continue;
+          auto base = synthetic_sequence(eng, N, 1);
+          if (!base) {
+            std::fprintf(stderr, "bench_cuda_decode: %s\n", base.err().message.c_str());
             return 1;
           }
-          kcu::set_profiler(tl.get());
-        }
-        for (int w = 0; w < 2 && ok; ++w) {
-          auto st = (*be)->decode_step(ptrs, tok, logits);  // uploads + warm-up
-          if (!st) {
-            std::fprintf(stderr, "bench_cuda_decode: warm-up step %d: %s\n", w, st.err().message.c_str());
-            ok = false;
+          for (int64_t B : batches) {
+            std::vector<cm::sequence> seqs(B, *base);
+            std::vector<cm::sequence*> ptrs;
+            for (auto& s : seqs) ptrs.push_back(&s);
+            std::vector<int32_t> tok((size_t)B, 17);
+            std::vector<float> logits;
+            bool ok = true;
+            std::unique_ptr<timeline_recorder> tl;
+            if (tcsv) {  // records the launches from the first step on (the graph is captured early)
+              tl = std::make_unique<timeline_recorder>();
+              if (!tl->ok()) {
+                std::fprintf(stderr, "bench_cuda_decode: --timeline: out of device memory\n");
+                return 1;
+              }
+              kcu::set_profiler(tl.get());
+            }
+            for (int w = 0; w < 2 && ok; ++w) {
+              auto st = (*be)->decode_step(ptrs, tok, logits);  // uploads + warm-up
+              if (!st) {
+                std::fprintf(stderr, "bench_cuda_decode: warm-up step %d: %s\n", w, st.err().message.c_str());
+                ok = false;
+              }
+              if (tl) tl->collect();
+            }
+            double dev_ms = 0;  // the backend's event-timed device work, summed over the steps
+            std::vector<double> phase_ms;  // --phases: the same split in phases, summed over the steps
+            std::vector<int> phase_n;      // (the host launch call: replays only)
+            int steps_run = 0;
+            event_profiler prof;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int s = 0; s < steps && ok; ++s) {
+              if (profile) prof.arm(), kcu::set_profiler(&prof);
+              if (tl) tl->arm();
+              auto st = (*be)->decode_step(ptrs, tok, logits);
+              if (!tl) kcu::set_profiler(nullptr);
+              if (st && tl && !tl->collect() && s == steps - 1)
+                std::fprintf(stderr, "bench_cuda_decode: --timeline: %zu records, not all matched to launches\n", tl->records());
+              if (st && profile && !prof.collect()) {
+                std::fprintf(stderr, "bench_cuda_decode: --profile: the steps launched different kernels\n");
+                ok = false;
+              }
+              if (!st) {
+                std::fprintf(stderr, "bench_cuda_decode: %s\n", st.err().message.c_str());
+                ok = false;
+              }
+              dev_ms += (*be)->last_step_device_ms();
+              const std::vector<double> ph = (*be)->last_step_phases_ms();
+              if (ph.size() > phase_ms.size()) phase_ms.resize(ph.size(), 0.0), phase_n.resize(ph.size(), 0);
+              for (size_t i = 0; i < ph.size(); ++i) phase_ms[i] += ph[i], ++phase_n[i];
+              ++steps_run;
+            }
+            if (!ok) return 1;
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+            const double bytes = weight_bytes_per_step(eng, (int)B) + (double)B * kv_bytes_per_row(c, seqs[0], N);
+            const double roof = bw > 0 ? (double)B / (bytes / bw) : 0;
+            const double tps = (double)B / sec;
+            dev_ms /= steps;
+            std::printf("  %-8s ctx %7lld batch %3lld: %8.3f ms/step (device %.3f) %9.1f tok/s | roofline %9.1f tok/s "
+                        "(%.1f MB/step) -> %5.1f%%\n",
+                        name.c_str(), (long long)N, (long long)B, sec * 1e3, dev_ms, tps, roof, bytes / 1e6, 100 * tps / roof);
+            if (phase_ms.size() >= 3 && phase_n[0] == steps_run) {
+              std::printf("    phases (device ms per step): graph launch + upload %.3f | kernels %.3f | downloads %.3f",
+                          phase_ms[0] / steps, phase_ms[1] / steps, phase_ms[2] / steps);
+              if (phase_ms.size() > 3 && phase_n[3] > 0)
+                std::printf(" | host cudaGraphLaunch call %.3f (%d replays)", phase_ms[3] / phase_n[3], phase_n[3]);
+              std::printf("\n");
+            }
+            std::fflush(stdout);
+            if (csv)
+              std::fprintf(csv, "%s,%d,%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", var.label.c_str(), round,
+                           name.c_str(), (long long)eng.n_params(),
+                           (long long)N, (long long)B, sec * 1e3, dev_ms, tps, bytes, roof, tps / roof);
+            char what[160];  // (with --variants: the variant and the round too)
+            std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld%s", name.c_str(), (long long)N, (long long)B,
+                          variants.size() > 1 || rounds > 1 ? ("/" + var.label + "/r" + std::to_string(round)).c_str() : "");
+            if (profile) prof.report(what, pcsv);
+            if (tl) {
+              kcu::set_profiler(nullptr);
+              tl->report(what, tcsv);
+            }
           }
-          if (tl) tl->collect();
-        }
-        double dev_ms = 0;  // the backend's event-timed device work, summed over the steps
-        std::vector<double> phase_ms;  // --phases: the same split in phases, summed over the steps
-        std::vector<int> phase_n;      // (the host launch call: replays only)
-        int steps_run = 0;
-        event_profiler prof;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int s = 0; s < steps && ok; ++s) {
-          if (profile) prof.arm(), kcu::set_profiler(&prof);
-          if (tl) tl->arm();
-          auto st = (*be)->decode_step(ptrs, tok, logits);
-          if (!tl) kcu::set_profiler(nullptr);
-          if (st && tl && !tl->collect() && s == steps - 1)
-            std::fprintf(stderr, "bench_cuda_decode: --timeline: %zu records, not all matched to launches\n", tl->records());
-          if (st && profile && !prof.collect()) {
-            std::fprintf(stderr, "bench_cuda_decode: --profile: the steps launched different kernels\n");
-            ok = false;
-          }
-          if (!st) {
-            std::fprintf(stderr, "bench_cuda_decode: %s\n", st.err().message.c_str());
-            ok = false;
-          }
-          dev_ms += (*be)->last_step_device_ms();
-          const std::vector<double> ph = (*be)->last_step_phases_ms();
-          if (ph.size() > phase_ms.size()) phase_ms.resize(ph.size(), 0.0), phase_n.resize(ph.size(), 0);
-          for (size_t i = 0; i < ph.size(); ++i) phase_ms[i] += ph[i], ++phase_n[i];
-          ++steps_run;
-        }
-        if (!ok) return 1;
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
-        const double bytes = weight_bytes_per_step(eng, (int)B) + (double)B * kv_bytes_per_row(c, seqs[0], N);
-        const double roof = bw > 0 ? (double)B / (bytes / bw) : 0;
-        const double tps = (double)B / sec;
-        dev_ms /= steps;
-        std::printf("  %-8s ctx %7lld batch %3lld: %8.3f ms/step (device %.3f) %9.1f tok/s | roofline %9.1f tok/s "
-                    "(%.1f MB/step) -> %5.1f%%\n",
-                    name.c_str(), (long long)N, (long long)B, sec * 1e3, dev_ms, tps, roof, bytes / 1e6, 100 * tps / roof);
-        if (phase_ms.size() >= 3 && phase_n[0] == steps_run) {
-          std::printf("    phases (device ms per step): graph launch + upload %.3f | kernels %.3f | downloads %.3f",
-                      phase_ms[0] / steps, phase_ms[1] / steps, phase_ms[2] / steps);
-          if (phase_ms.size() > 3 && phase_n[3] > 0)
-            std::printf(" | host cudaGraphLaunch call %.3f (%d replays)", phase_ms[3] / phase_n[3], phase_n[3]);
-          std::printf("\n");
-        }
-        std::fflush(stdout);
-        if (csv)
-          std::fprintf(csv, "%s,%d,%s,%lld,%lld,%lld,%.4f,%.4f,%.2f,%.0f,%.2f,%.4f\n", var.label.c_str(), round,
-                       name.c_str(), (long long)eng.n_params(),
-                       (long long)N, (long long)B, sec * 1e3, dev_ms, tps, bytes, roof, tps / roof);
-        char what[160];  // (with --variants: the variant and the round too)
-        std::snprintf(what, sizeof what, "%s/ctx%lld/b%lld%s", name.c_str(), (long long)N, (long long)B,
-                      variants.size() > 1 || rounds > 1 ? ("/" + var.label + "/r" + std::to_string(round)).c_str() : "");
-        if (profile) prof.report(what, pcsv);
-        if (tl) {
-          kcu::set_profiler(nullptr);
-          tl->report(what, tcsv);
         }
       }
-    }
-    }
     if (prefill_n > 0 && !bench_prefill(eng, name, prefill_n, prefill_chunks, prefill_cpu_n, bw, fcsv, profile, pcsv))
       return 1;
     if (replay_n > 0 && !bench_replay(eng, name, replay_n, 3, fcsv)) return 1;

@@ -447,8 +447,9 @@ TEST(cuda_topk, early_ends_take_the_same_ids_as_the_full_select) {
 }
 
 // l2_prefetch_spans: ranges of any alignment and length (shorter than 16 bytes, across the 64 KB
-// chunks, up to an allocation's unaligned end) are asked into L2 without a fault (compute-sanitizer memcheck runs this test), and the bytes stay as they were; bad
-// parameters are named.
+// chunks, up to an allocation's unaligned end) are asked into L2 without a fault
+// (compute-sanitizer memcheck runs this test), and the bytes stay as they were; bad parameters
+// are named.
 TEST(cuda_l2_prefetch, spans_of_any_alignment_leave_the_bytes_unchanged) {
   CEDAR_REQUIRE_GPU();
   std::mt19937 g(77u);
