@@ -243,6 +243,7 @@ class cuda_backend final : public backend {
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     fuse_swiglu_ = env_on("CEDAR_CUDA_FUSE_SWIGLU");
     swa_side_ = env_on("CEDAR_CUDA_SWA_SIDE");
+    mhc_generic_ = env_on("CEDAR_CUDA_MHC_GENERIC");
     phases_ = env_on("CEDAR_CUDA_STEP_PHASES");
     env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
@@ -399,6 +400,10 @@ class cuda_backend final : public backend {
   // but measured no faster in a whole step on an H200 (session 39, README): off unless
   // CEDAR_CUDA_FUSE_SWIGLU=1.
   bool fuse_swiglu_ = false;
+  // the mHC sites through the generic hc_mix_collapse kernel (every hc_fn format and tail in one
+  // body, 127 KB of code) instead of the form compiled for the site's format and tail (19 KB):
+  // the same bits; CEDAR_CUDA_MHC_GENERIC=1, for A/B
+  bool mhc_generic_ = false;
   // this token's SWA entry (norm, RoPE, FP8 into the ring) on the expert stream, idle until the
   // FFN: forked after the projection that writes kv, joined before the attention, so the pack
   // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only. GPU-tested;
@@ -1243,6 +1248,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     CEDAR_TRY(join_side());
     kcu::hc_mix_params mp;
     mp.R = B, mp.hc = hc, mp.d = d, mp.X = X, mp.fn = fn, mp.pre = collapse_pre, mp.partial = partial, mp.v = x;
+    mp.generic = mhc_generic_;
     if (expand_y.y) {
       mp.y = expand_y.y, mp.post = post, mp.comb = comb;
       mp.ye = expand_y.ye, mp.ye_sel = expand_y.sel, mp.ye_K = expand_y.K;

@@ -210,7 +210,19 @@ __device__ __forceinline__ void butterfly_sum(float (&t)[32], int lane) {
 // and the sum of squares of the collapse Σ_k pre[r, k] · X[r, k, i] of its 32 channels (also
 // written to v). HC > 0: hc known at compile time (the mix weights loaded together, the sums
 // unrolled: a chain of one load and one reduction per mix would cost a load latency each).
-template <int HC>
+// FN, TAIL: what the launch needs, known at compile time, so that its code holds nothing else.
+// Every multiprocessor runs the site once per launch and a step's weight stream evicts the code
+// from the instruction caches, so the code is fetched cold from L2 on every launch: the generic
+// kernel (every hc_fn format inline, 24 times unrolled, and both last-block tails) was 127 KB of
+// which ~470 instructions ran, in stretches far apart, and its warps waited on instruction fetch
+// 64% of the time (ncu, session 41). FN: the hc_fn format (k_fn_any: the runtime dispatch of
+// every format; k_fn_bf16, k_fn_f32). TAIL: the last block's work (k_tail_none: no `done`;
+// k_tail_xinv: x_inv alone; k_tail_post: the fused hc_post; k_tail_any: chosen at run time).
+// The specialised forms compute exactly what the generic one does (the same bits).
+constexpr int k_fn_any = 0, k_fn_bf16 = 1, k_fn_f32 = 2;
+constexpr int k_tail_none = 0, k_tail_xinv = 1, k_tail_post = 2, k_tail_any = 3;
+
+template <int HC, int FN, int TAIL>
 __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_params p) {
   pdl_prefetch_entry([&] {  // lane m < mix of warp k: row m's 32 columns of this block (bf16/f32)
     const int lane = threadIdx.x & 31, k = threadIdx.x >> 5, hc = HC > 0 ? HC : p.hc;
@@ -240,6 +252,14 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
     if (!valid) {
 #pragma unroll
       for (int m = 0; m < MIX; ++m) w[m] = 0.0f;
+    } else if constexpr (FN == k_fn_bf16) {
+      const uint16_t* wp = static_cast<const uint16_t*>(p.fn.data) + base;
+#pragma unroll
+      for (int m = 0; m < MIX; ++m) w[m] = __uint_as_float((uint32_t)__ldg(wp + m * stride) << 16);
+    } else if constexpr (FN == k_fn_f32) {
+      const float* wp = static_cast<const float*>(p.fn.data) + base;
+#pragma unroll
+      for (int m = 0; m < MIX; ++m) w[m] = __ldg(wp + m * stride);
     } else if (p.fn.format == weight_format::bf16) {
       const uint16_t* wp = static_cast<const uint16_t*>(p.fn.data) + base;
 #pragma unroll
@@ -323,7 +343,8 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
     for (int off = 16; off; off >>= 1) vs += __shfl_xor_sync(0xffffffffu, vs, off);
     if (lane == 0) out[mix + 1] = vs;
   }
-  if (!p.done) return;
+  if constexpr (TAIL == k_tail_none) return;
+  if (TAIL == k_tail_any && !p.done) return;
   // hc_post fused: the row's last block to finish reduces the row's partials (every block has
   // read post/comb/pre before counting itself in, so the mix weights may be overwritten now)
   __shared__ unsigned last;
@@ -333,7 +354,7 @@ __global__ void __launch_bounds__(32 * k_hc_max) hc_mix_collapse_kernel(hc_mix_p
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (p.x_inv_only) x_inv_reduce_row(p.site, r, mix, red);
+  if (TAIL == k_tail_xinv || (TAIL == k_tail_any && p.x_inv_only)) x_inv_reduce_row(p.site, r, mix, red);
   else post_reduce_row<HC>(p.site, r, red);
   if (threadIdx.x == 0) p.done[r] = 0;  // ready for the next site
 }
@@ -462,6 +483,26 @@ size_t hc_mix_partial_floats(int R, int hc, int d) {
   return (size_t)R * hc_mix_blocks(d) * ((size_t)(2 + hc) * hc + 2);
 }
 
+namespace {
+using mix_collapse_fn = void (*)(hc_mix_params);
+
+template <int FN>
+mix_collapse_fn mix_collapse_tail(const hc_mix_params& p) {
+  if (!p.done) return hc_mix_collapse_kernel<4, FN, k_tail_none>;
+  if (p.x_inv_only) return hc_mix_collapse_kernel<4, FN, k_tail_xinv>;
+  return hc_mix_collapse_kernel<4, FN, k_tail_post>;
+}
+
+// The kernel of a launch: hc = 4 with a bf16 or f32 hc_fn gets the form compiled for its format
+// and tail (unless p.generic); anything else the generic kernel.
+mix_collapse_fn mix_collapse_kernel_for(const hc_mix_params& p) {
+  if (p.hc != 4) return hc_mix_collapse_kernel<0, k_fn_any, k_tail_any>;
+  if (!p.generic && p.fn.format == weight_format::bf16) return mix_collapse_tail<k_fn_bf16>(p);
+  if (!p.generic && p.fn.format == weight_format::f32) return mix_collapse_tail<k_fn_f32>(p);
+  return hc_mix_collapse_kernel<4, k_fn_any, k_tail_any>;
+}
+}  // namespace
+
 status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream) {
   CEDAR_TRY(check_shape("hc_mix_collapse", p.R, p.hc, p.d));
   if (!p.X || !p.pre || !p.partial || !p.v || p.fn.empty())
@@ -490,8 +531,7 @@ status hc_mix_collapse(const hc_mix_params& p, cudaStream_t stream) {
     smem = std::max(smem, sizeof(float) * (size_t)reduce_smem_floats(mix + 2));
   }
   const dim3 grid((unsigned)hc_mix_blocks(p.d), (unsigned)p.R);
-  if (p.hc == 4) launch_kernel(hc_mix_collapse_kernel<4>, grid, (unsigned)(32 * p.hc), smem, stream, q);
-  else launch_kernel(hc_mix_collapse_kernel<0>, grid, (unsigned)(32 * p.hc), smem, stream, q);
+  launch_kernel(mix_collapse_kernel_for(p), grid, (unsigned)(32 * p.hc), smem, stream, q);
   CEDAR_CUDA_LAUNCHED("hc_mix_collapse");
   return {};
 }

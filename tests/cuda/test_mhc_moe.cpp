@@ -401,32 +401,52 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
         // hc_post fused into the launch (the last block of each row reduces), its outputs in the
         // buffers the expand reads (as the decoder runs it): the same bits as the two launches;
         // launched twice (the row counters are left at zero for the next site)
-        for (int rep = 0; rep < (expand ? 1 : 2); ++rep) {
+        // (each form also through the generic kernel: hc = 4 launches the form compiled for the
+        // format and tail unless `generic` is set — the same bits either way)
+        for (int rep = 0; rep < (expand ? 2 : 4); ++rep) {
           dev_array<float> fX(X0), fv((size_t)R * d), fpart(cu::hc_mix_partial_floats(R, hc, d)), fpre((size_t)R * hc),
               fpost(epost), fcomb(ecomb), fxinv((size_t)R);
           dev_array<unsigned> done(std::vector<unsigned>((size_t)R, 0u));
           cu::hc_mix_params fp = mp;
+          fp.generic = rep % 2 == 1;
           fp.X = fX.p, fp.partial = fpart.p, fp.v = fv.p;
           if (expand) fp.post = fpost.p, fp.comb = fcomb.p;
           fp.site = p;
           fp.site.partial = nullptr, fp.site.pre = fpre.p, fp.site.post = fpost.p, fp.site.comb = fcomb.p;
           fp.site.x_inv = fxinv.p;
           fp.done = done.p;
-          for (int twice = 0; twice <= rep; ++twice) {
+          for (int twice = 0; twice <= rep / 2; ++twice) {
             st = cu::hc_mix_collapse(fp, nullptr);
             ASSERT_TRUE(st.ok()) << st.err().message;
           }
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          same_site("fused", fpre, fpost, fcomb, fxinv, fv, fX, done);
+          same_site(fp.generic ? "fused (generic kernel)" : "fused", fpre, fpost, fcomb, fxinv, fv, fX, done);
+        }
+        // the plain form (no tail) through the generic kernel: the partials and the collapse of
+        // the first launch above, bit for bit
+        {
+          dev_array<float> gX(X0), gv((size_t)R * d), gpart(cu::hc_mix_partial_floats(R, hc, d));
+          gv.poison(), gpart.poison();
+          cu::hc_mix_params gp = mp;
+          gp.generic = true, gp.X = gX.p, gp.partial = gpart.p, gp.v = gv.p;
+          st = cu::hc_mix_collapse(gp, nullptr);
+          ASSERT_TRUE(st.ok()) << st.err().message;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          const auto a = gv.download(), b = dv.download(), pa = gpart.download(), pb = dpart.download(),
+                     xa = gX.download(), xb = dX.download();
+          ASSERT_EQ(a, b) << "generic kernel's collapse, hc " << hc << " d " << d << " variant " << variant;
+          ASSERT_EQ(pa, pb) << "generic kernel's partials, hc " << hc << " d " << d << " variant " << variant;
+          ASSERT_EQ(xa, xb) << "generic kernel's streams, hc " << hc << " d " << d << " variant " << variant;
         }
         // x_inv alone in the launch (its last block), the mixes from a separate hc_post on the
         // partials on a second stream after an event (as the decoder runs it): the same bits
-        {
+        for (bool generic : {false, true}) {
           dev_array<float> fX(X0), fv((size_t)R * d), fpart(cu::hc_mix_partial_floats(R, hc, d)), fpre((size_t)R * hc),
               fpost(epost), fcomb(ecomb), fxinv((size_t)R);
           fpre.poison(), fxinv.poison();
           dev_array<unsigned> done(std::vector<unsigned>((size_t)R, 0u));
           cu::hc_mix_params fp = mp;
+          fp.generic = generic;
           fp.X = fX.p, fp.partial = fpart.p, fp.v = fv.p;
           if (expand) fp.post = fpost.p, fp.comb = fcomb.p;
           fp.site = p;
@@ -449,7 +469,7 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           cudaEventDestroy(ev);
           cudaStreamDestroy(side);
-          same_site("x_inv_only", fpre, fpost, fcomb, fxinv, fv, fX, done);
+          same_site(generic ? "x_inv_only (generic kernel)" : "x_inv_only", fpre, fpost, fcomb, fxinv, fv, fX, done);
           // without x_inv the launch refuses, naming what is missing
           fp.site.x_inv = nullptr;
           st = cu::hc_mix_collapse(fp, nullptr);

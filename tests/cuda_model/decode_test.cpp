@@ -293,33 +293,32 @@ TEST(cuda_decode, graph_replay_equals_eager_launches) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(a[(size_t)r].source(0).main, g[(size_t)r].source(0).main);
 }
 
-// The L2 lookahead (CEDAR_CUDA_L2_LOOKAHEAD=1: prefetches of later kernels' weights on a third
-// stream, forked once a layer and joined before the head) changes no bit: the same logits and
-// caches as without it (=0), for prefill chunks, captured decode steps of 3 rows and their
-// replays — alone, and with the other small-step switches (the shared expert's down projection
-// in the routed experts' launch, the SWA entry on the side stream).
-TEST(cuda_decode, l2_lookahead_changes_no_bit) {
-  CEDAR_REQUIRE_GPU();
+// Two backends that differ in one switch give the same logits and caches, for prefill chunks,
+// captured decode steps of 3 rows and their replays — alone, and with the other small-step
+// switches (the shared expert's down projection in the routed experts' launch, the SWA entry on
+// the side stream).
+namespace {
+void expect_switch_changes_no_bit(const char* name, const char* off, const char* on) {
   auto m = load_shipped_model();
   ASSERT_TRUE(m.eng);
   const cm::model_config& c = m.eng->config();
   for (const bool others : {false, true}) {
-    const char* mode = others ? "with the others" : "alone";
+    const std::string mode = std::string(name) + (others ? " with the others" : " alone");
     setenv("CEDAR_CUDA_FUSE_SHARED", others ? "8" : "0", 1);
     setenv("CEDAR_CUDA_SWA_SIDE", others ? "1" : "0", 1);
-    auto plain = cuda_backend_with(*m.eng, "CEDAR_CUDA_L2_LOOKAHEAD", "0");
-    auto ahead = cuda_backend_with(*m.eng, "CEDAR_CUDA_L2_LOOKAHEAD", "1");
+    auto plain = cuda_backend_with(*m.eng, name, off);
+    auto other = cuda_backend_with(*m.eng, name, on);
     unsetenv("CEDAR_CUDA_FUSE_SHARED");
     unsetenv("CEDAR_CUDA_SWA_SIDE");
     ASSERT_TRUE(plain.ok()) << plain.err().message;
-    ASSERT_TRUE(ahead.ok()) << ahead.err().message;
+    ASSERT_TRUE(other.ok()) << other.err().message;
     std::vector<cm::sequence> a, b;
     for (int r = 0; r < 3; ++r) {
       a.emplace_back(c);
       b.emplace_back(c);
       const auto t = tokens_of(70 + 53 * r, c.vocab_size, 80 + r);
       auto la = (*plain)->prefill(a.back(), t);
-      auto lb = (*ahead)->prefill(b.back(), t);
+      auto lb = (*other)->prefill(b.back(), t);
       ASSERT_TRUE(la.ok() && lb.ok());
       EXPECT_EQ(la->values, lb->values) << "mode " << mode << " prefill " << r;
     }
@@ -330,17 +329,32 @@ TEST(cuda_decode, l2_lookahead_changes_no_bit) {
     const int steps = 12;
     for (int s = 0; s < steps; ++s) {
       ASSERT_TRUE((*plain)->decode_step(pa, next, la).ok());
-      ASSERT_TRUE((*ahead)->decode_step(pb, next, lb).ok());
+      ASSERT_TRUE((*other)->decode_step(pb, next, lb).ok());
       identical += la == lb;
       for (int r = 0; r < 3; ++r) next[(size_t)r] = argmax_of(la.data() + (size_t)r * c.vocab_size, c.vocab_size);
     }
     EXPECT_EQ(identical, steps) << "mode " << mode;
     for (int r = 0; r < 3; ++r) EXPECT_EQ(a[(size_t)r].source(0).main, b[(size_t)r].source(0).main) << "mode " << mode;
     auto ra = (*plain)->replay(a[1], 40);
-    auto rb = (*ahead)->replay(b[1], 40);
+    auto rb = (*other)->replay(b[1], 40);
     ASSERT_TRUE(ra.ok() && rb.ok());
     EXPECT_EQ(ra->values, rb->values) << "mode " << mode << " replay";
   }
+}
+}  // namespace
+
+// The L2 lookahead (CEDAR_CUDA_L2_LOOKAHEAD=1: prefetches of later kernels' weights on a third
+// stream, forked once a layer and joined before the head) changes no bit (against =0).
+TEST(cuda_decode, l2_lookahead_changes_no_bit) {
+  CEDAR_REQUIRE_GPU();
+  expect_switch_changes_no_bit("CEDAR_CUDA_L2_LOOKAHEAD", "0", "1");
+}
+
+// The mHC sites' kernels compiled for their hc_fn format and tail give the generic kernel's bits
+// (CEDAR_CUDA_MHC_GENERIC=1).
+TEST(cuda_decode, compact_mhc_kernels_change_no_bit) {
+  CEDAR_REQUIRE_GPU();
+  expect_switch_changes_no_bit("CEDAR_CUDA_MHC_GENERIC", "1", "0");
 }
 
 // CEDAR_CUDA_STEP_PHASES=1: every step reports its device time split at events inside the step
