@@ -70,6 +70,7 @@
 #include "kernels/cuda/device_probe.cuh"
 #include "kernels/cuda/engram.cuh"
 #include "kernels/cuda/gather.cuh"
+#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/kv_pack.cuh"
 #include "kernels/cuda/mhc.cuh"
@@ -243,7 +244,7 @@ class cuda_backend final : public backend {
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     fuse_swiglu_ = env_on("CEDAR_CUDA_FUSE_SWIGLU");
     swa_side_ = env_on("CEDAR_CUDA_SWA_SIDE");
-    mhc_generic_ = env_on("CEDAR_CUDA_MHC_GENERIC");
+    env_int("CEDAR_CUDA_GENERIC", 0, generic_mask_);
     phases_ = env_on("CEDAR_CUDA_STEP_PHASES");
     env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
@@ -400,10 +401,12 @@ class cuda_backend final : public backend {
   // but measured no faster in a whole step on an H200 (session 39, README): off unless
   // CEDAR_CUDA_FUSE_SWIGLU=1.
   bool fuse_swiglu_ = false;
-  // the mHC sites through the generic hc_mix_collapse kernel (every hc_fn format and tail in one
-  // body, 127 KB of code) instead of the form compiled for the site's format and tail (19 KB):
-  // the same bits; CEDAR_CUDA_MHC_GENERIC=1, for A/B
-  bool mhc_generic_ = false;
+  // the generic kernels (kernels/cuda/generic_kernels.hpp) for the ops whose bits are set:
+  // 1 the mHC sites (127 KB of code against 19 KB for the form compiled for the site's hc_fn
+  // format and tail), 2 the routed experts, 4 the embedding and Engram gathers, 8 the cluster
+  // attention's key mix, 16 single projections in their own kernel (not the grouped one's) —
+  // the same bits; CEDAR_CUDA_GENERIC=mask, for A/B (default 0: the compiled forms)
+  int generic_mask_ = 0;
   // this token's SWA entry (norm, RoPE, FP8 into the ring) on the expert stream, idle until the
   // FFN: forked after the projection that writes kv, joined before the attention, so the pack
   // leaves the critical path (q_b's projection runs meanwhile); with moe_side_ only. GPU-tested;
@@ -773,6 +776,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   const int d = (int)c.hidden_size, hc = c.hc_mult, V = c.vocab_size;
   const int ql = c.q_lora_rank, G = c.o_groups, orank = c.o_lora_rank, np = c.qk_rope_head_dim / 2;
   const int Hi = c.index_n_heads, Di = c.index_head_dim, K = c.index_topk, bs = c.candidate_block_size;
+  const kcu::generic_kernels_scope generic_forms((unsigned)generic_mask_);  // (A/B: CEDAR_CUDA_GENERIC)
   const int F = c.moe_intermediate_size, E = c.n_routed_experts, KE = c.num_experts_per_tok;
   const float eps = (float)c.rms_norm_eps;
   const int S = seqs[0]->n_sources();
@@ -1248,7 +1252,6 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     CEDAR_TRY(join_side());
     kcu::hc_mix_params mp;
     mp.R = B, mp.hc = hc, mp.d = d, mp.X = X, mp.fn = fn, mp.pre = collapse_pre, mp.partial = partial, mp.v = x;
-    mp.generic = mhc_generic_;
     if (expand_y.y) {
       mp.y = expand_y.y, mp.post = post, mp.comb = comb;
       mp.ye = expand_y.ye, mp.ye_sel = expand_y.sel, mp.ye_K = expand_y.K;

@@ -9,25 +9,37 @@
 namespace cedar::kernels::cuda {
 namespace {
 
+// F: the table's format (k_format_any: every format, qmatrix_at's switch inline 8 times: 49 KB
+// of code for a one-block launch at the head of every step; bf16 / f32: a few KB).
+template <int F>
 __global__ void embed_rows_kernel(qmatrix t, const int32_t* tok, int copies, float* X) {
   pdl_entry();
   const int r = blockIdx.x;
   const int64_t d = t.cols;
   const int64_t row = tok[r];
   strided_batched<8, float>(
-      (int)d, [&](int i) { return qmatrix_at(t, row, i); },
+      (int)d, [&](int i) { return qmatrix_at_as<F>(t, row, i); },
       [&](int i, float v) {
         for (int k = 0; k < copies; ++k) X[((int64_t)r * copies + k) * d + i] = v;
       });
 }
 
+template <int F>
 __global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, int layer, int n_cols, float* out) {
   pdl_entry();
   const int r = blockIdx.x, j = blockIdx.y;
   const int64_t w = t.cols;
   const int64_t row = ids[((int64_t)r * n_layers + layer) * n_cols + j];
   float* o = out + ((int64_t)r * n_cols + j) * w;
-  strided_batched<8, float>((int)w, [&](int i) { return qmatrix_at(t, row, i); }, [&](int i, float v) { o[i] = v; });
+  strided_batched<8, float>((int)w, [&](int i) { return qmatrix_at_as<F>(t, row, i); }, [&](int i, float v) { o[i] = v; });
+}
+
+// The format a gather of table t is compiled for (launch.cuh: generic kernels).
+int gather_format(const qmatrix& t) {
+  if (generic_kernels() & generic_gathers) return k_format_any;
+  if (t.format == weight_format::bf16) return (int)weight_format::bf16;
+  if (t.format == weight_format::f32) return (int)weight_format::f32;
+  return k_format_any;
 }
 
 __global__ void copy_spans_kernel(const uint8_t* const* src, uint8_t* const* dst, const uint32_t* len) {
@@ -57,7 +69,15 @@ __global__ void l2_prefetch_kernel(l2_prefetch_params p) {
 status embed_rows(const qmatrix& table, const int32_t* tok, int R, int copies, float* X, cudaStream_t stream) {
   if (R <= 0 || copies <= 0 || table.empty() || !tok || !X)
     return make_error(errc::invalid_argument, "embed_rows: empty shape or null pointer (rows " + std::to_string(R) + ")");
-  launch_kernel(embed_rows_kernel, R, 256, 0, stream, table, tok, copies, X);
+  switch (gather_format(table)) {
+    case (int)weight_format::bf16:
+      launch_kernel(embed_rows_kernel<(int)weight_format::bf16>, R, 256, 0, stream, table, tok, copies, X);
+      break;
+    case (int)weight_format::f32:
+      launch_kernel(embed_rows_kernel<(int)weight_format::f32>, R, 256, 0, stream, table, tok, copies, X);
+      break;
+    default: launch_kernel(embed_rows_kernel<k_format_any>, R, 256, 0, stream, table, tok, copies, X);
+  }
   CEDAR_CUDA_LAUNCHED("embed_rows");
   return {};
 }
@@ -67,7 +87,16 @@ status table_rows(const qmatrix& table, const int64_t* ids, int R, int n_layers,
   if (R <= 0 || n_cols <= 0 || layer < 0 || layer >= n_layers || table.empty() || !ids || !out)
     return make_error(errc::invalid_argument, "table_rows: bad shape or null pointer (rows " + std::to_string(R) +
                                                   ", layer " + std::to_string(layer) + " of " + std::to_string(n_layers) + ")");
-  launch_kernel(table_rows_kernel, dim3((unsigned)R, (unsigned)n_cols), 128, 0, stream, table, ids, n_layers, layer, n_cols, out);
+  const dim3 grid((unsigned)R, (unsigned)n_cols);
+  switch (gather_format(table)) {
+    case (int)weight_format::bf16:
+      launch_kernel(table_rows_kernel<(int)weight_format::bf16>, grid, 128, 0, stream, table, ids, n_layers, layer, n_cols, out);
+      break;
+    case (int)weight_format::f32:
+      launch_kernel(table_rows_kernel<(int)weight_format::f32>, grid, 128, 0, stream, table, ids, n_layers, layer, n_cols, out);
+      break;
+    default: launch_kernel(table_rows_kernel<k_format_any>, grid, 128, 0, stream, table, ids, n_layers, layer, n_cols, out);
+  }
   CEDAR_CUDA_LAUNCHED("table_rows");
   return {};
 }

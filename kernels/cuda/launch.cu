@@ -36,6 +36,14 @@ int env_choice(const char* name, int lo, int hi, int dflt) {
   return (int)m;
 }
 
+namespace {
+thread_local unsigned t_generic = 0;
+}  // namespace
+
+unsigned generic_kernels() { return t_generic; }
+generic_kernels_scope::generic_kernels_scope(unsigned mask) : prev_(t_generic) { t_generic = mask; }
+generic_kernels_scope::~generic_kernels_scope() { t_generic = prev_; }
+
 bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed) != 0; }
 void set_pdl(bool on) { pdl_flag().store(on ? 1 : 0, std::memory_order_relaxed); }
 

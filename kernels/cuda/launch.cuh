@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/launch_profiler.hpp"
 
 namespace cedar::kernels::cuda {

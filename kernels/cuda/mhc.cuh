@@ -78,10 +78,6 @@ struct hc_mix_params {
   // side stream while the sub-layer's projections (which need only x_inv) go on: the mixes are
   // read first by the next site, so their Sinkhorn tail leaves the critical path
   bool x_inv_only = false;
-  // true: the generic kernel (every hc_fn format and tail in one body) instead of the form
-  // compiled for this launch's format and tail (hc = 4, bf16 or f32 hc_fn); the same bits — for
-  // A/B (CEDAR_CUDA_MHC_GENERIC=1) and the tests
-  bool generic = false;
 };
 int hc_mix_blocks(int d);
 size_t hc_mix_partial_floats(int R, int hc, int d);

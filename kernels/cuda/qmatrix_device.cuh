@@ -37,4 +37,20 @@ __device__ inline float qmatrix_at(const qmatrix& w, int64_t r, int64_t c) {
   return 0.0f;
 }
 
+// qmatrix_at for a view of format F known at compile time (a kernel compiled for one format holds
+// none of the others' code); k_format_any: qmatrix_at's run-time switch. The same values.
+constexpr int k_format_any = -1;
+template <int F>
+__device__ __forceinline__ float qmatrix_at_as(const qmatrix& w, int64_t r, int64_t c) {
+  const int64_t trow = w.row0 + r;
+  if constexpr (F == (int)weight_format::f32) {
+    return static_cast<const float*>(w.data)[trow * w.cols + c];
+  } else if constexpr (F == (int)weight_format::bf16) {
+    const uint32_t h = static_cast<const uint16_t*>(w.data)[trow * w.cols + c];
+    return __uint_as_float(h << 16);
+  } else {
+    return qmatrix_at(w, r, c);
+  }
+}
+
 }  // namespace cedar::kernels::cuda

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -18,6 +19,7 @@
 #include "kernels/cpu/quant.hpp"
 #include "kernels/cuda/device_probe.cuh"
 #include "kernels/cuda/gather.cuh"
+#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/indexer.cuh"
 #include "kernels/cuda/kv_pack.cuh"
 #include "kernels/cuda/sparse_attention.cuh"
@@ -203,6 +205,22 @@ static void check_attention_case(const attn_case& c, int mma_mode) {
         ASSERT_EQ(got[i], want[i]) << "fused RoPE, pass " << pass << ", output " << i;
     }
     p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0, p.q = dq.p, p.out = dout.p, p.done = nullptr;
+  }
+  {  // the generic form (generic_kernels.hpp: the cluster kernel's key mix decided per slot) gives
+     // the bits of the form compiled for the launch's key mix (window alone, window then selected)
+    dout.poison();
+    ASSERT_TRUE(cu::sparse_attention(p, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto compiled = dout.download();
+    dout.poison();
+    {
+      cu::generic_kernels_scope scope(cu::generic_attention);
+      ASSERT_TRUE(cu::sparse_attention(p, nullptr).ok());
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto generic = dout.download();
+    ASSERT_EQ(std::memcmp(generic.data(), compiled.data(), sizeof(float) * compiled.size()), 0)
+        << "generic attention kernel, mode " << mma_mode;
   }
   std::printf("(split path: %s) ", wsf > 0 ? "tested" : "not used at these shapes");
   std::printf("R=%d H=%d D=%d W=%d E=%d K=%d: worst scaled error %.2e\n", c.R, c.H, c.D, c.W, c.E, c.K, worst);
@@ -484,4 +502,52 @@ TEST(cuda_l2_prefetch, spans_of_any_alignment_leave_the_bytes_unchanged) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.err().message.find("spans"), std::string::npos) << st.err().message;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// The embedding and Engram gathers (embed_rows, table_rows) copy their table rows exactly —
+// bf16 and f32 tables, the forms compiled for the format and the generic one (generic_kernels.hpp)
+// alike — and the copies of a row all hold it.
+TEST(cuda_gather, table_rows_come_back_exactly_in_every_form) {
+  CEDAR_REQUIRE_GPU();
+  std::mt19937 g(303u);
+  const int rows = 50, cols = 300, R = 4, copies = 3, n_layers = 2, layer = 1, n_cols = 3;
+  const auto vals = randn(g, (size_t)rows * cols, 1.0f);
+  std::vector<uint16_t> bits(vals.size());
+  std::vector<float> rounded(vals.size());
+  for (size_t i = 0; i < vals.size(); ++i) rounded[i] = kc::bf16_to_f32(bits[i] = kc::f32_to_bf16(vals[i]));
+  const std::vector<int32_t> tok = {7, 0, 49, 7};
+  std::vector<int64_t> ids((size_t)R * n_layers * n_cols);
+  for (auto& v : ids) v = (int64_t)(g() % rows);
+  dev_array<float> df(vals);
+  dev_array<uint16_t> db(bits);
+  dev_array<int32_t> dtok(tok);
+  dev_array<int64_t> dids(ids);
+  for (const bool bf16 : {true, false}) {
+    const kc::qmatrix t = bf16 ? kc::qmatrix_bf16(db.p, rows, cols) : kc::qmatrix_f32(df.p, rows, cols);
+    const std::vector<float>& want = bf16 ? rounded : vals;
+    for (const unsigned mask : {0u, (unsigned)cu::generic_gathers}) {
+      cu::generic_kernels_scope scope(mask);
+      const std::string form = std::string(bf16 ? "bf16" : "f32") + (mask ? " generic" : " compiled");
+      dev_array<float> X((size_t)R * copies * cols), out((size_t)R * n_cols * cols);
+      X.poison(), out.poison();
+      auto st = cu::embed_rows(t, dtok.p, R, copies, X.p, nullptr);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      st = cu::table_rows(t, dids.p, R, n_layers, layer, n_cols, out.p, nullptr);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto x = X.download(), o = out.download();
+      for (int r = 0; r < R; ++r)
+        for (int k = 0; k < copies; ++k)
+          for (int i = 0; i < cols; ++i)
+            ASSERT_EQ(x[((size_t)r * copies + k) * cols + i], want[(size_t)tok[(size_t)r] * cols + i])
+                << form << " embed row " << r << " copy " << k << " col " << i;
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < n_cols; ++j) {
+          const int64_t row = ids[((size_t)r * n_layers + layer) * n_cols + j];
+          for (int i = 0; i < cols; ++i)
+            ASSERT_EQ(o[((size_t)r * n_cols + j) * cols + i], want[(size_t)row * cols + i])
+                << form << " table row " << r << " col " << j << " channel " << i;
+        }
+    }
+  }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/mhc.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
@@ -402,13 +403,14 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
         // buffers the expand reads (as the decoder runs it): the same bits as the two launches;
         // launched twice (the row counters are left at zero for the next site)
         // (each form also through the generic kernel: hc = 4 launches the form compiled for the
-        // format and tail unless `generic` is set — the same bits either way)
+        // format and tail unless generic_mhc is set — the same bits either way)
         for (int rep = 0; rep < (expand ? 2 : 4); ++rep) {
           dev_array<float> fX(X0), fv((size_t)R * d), fpart(cu::hc_mix_partial_floats(R, hc, d)), fpre((size_t)R * hc),
               fpost(epost), fcomb(ecomb), fxinv((size_t)R);
           dev_array<unsigned> done(std::vector<unsigned>((size_t)R, 0u));
           cu::hc_mix_params fp = mp;
-          fp.generic = rep % 2 == 1;
+          const bool generic = rep % 2 == 1;
+          cu::generic_kernels_scope scope(generic ? cu::generic_mhc : 0u);
           fp.X = fX.p, fp.partial = fpart.p, fp.v = fv.p;
           if (expand) fp.post = fpost.p, fp.comb = fcomb.p;
           fp.site = p;
@@ -420,7 +422,7 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
             ASSERT_TRUE(st.ok()) << st.err().message;
           }
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          same_site(fp.generic ? "fused (generic kernel)" : "fused", fpre, fpost, fcomb, fxinv, fv, fX, done);
+          same_site(generic ? "fused (generic kernel)" : "fused", fpre, fpost, fcomb, fxinv, fv, fX, done);
         }
         // the plain form (no tail) through the generic kernel: the partials and the collapse of
         // the first launch above, bit for bit
@@ -428,8 +430,11 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
           dev_array<float> gX(X0), gv((size_t)R * d), gpart(cu::hc_mix_partial_floats(R, hc, d));
           gv.poison(), gpart.poison();
           cu::hc_mix_params gp = mp;
-          gp.generic = true, gp.X = gX.p, gp.partial = gpart.p, gp.v = gv.p;
-          st = cu::hc_mix_collapse(gp, nullptr);
+          gp.X = gX.p, gp.partial = gpart.p, gp.v = gv.p;
+          {
+            cu::generic_kernels_scope scope(cu::generic_mhc);
+            st = cu::hc_mix_collapse(gp, nullptr);
+          }
           ASSERT_TRUE(st.ok()) << st.err().message;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           const auto a = gv.download(), b = dv.download(), pa = gpart.download(), pb = dpart.download(),
@@ -446,7 +451,7 @@ TEST(cuda_mhc, fused_site_partials_and_collapse_match_the_oracle) {
           fpre.poison(), fxinv.poison();
           dev_array<unsigned> done(std::vector<unsigned>((size_t)R, 0u));
           cu::hc_mix_params fp = mp;
-          fp.generic = generic;
+          cu::generic_kernels_scope scope(generic ? cu::generic_mhc : 0u);
           fp.X = fX.p, fp.partial = fpart.p, fp.v = fv.p;
           if (expand) fp.post = fpost.p, fp.comb = fcomb.p;
           fp.site = p;

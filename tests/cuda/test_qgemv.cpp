@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
+#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/qgemv.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
@@ -183,6 +184,19 @@ TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
       if (c.accumulate) EXPECT_EQ(got, y0[(size_t)i * ldy + r]);
       else EXPECT_TRUE(std::isnan(got));
     }
+  // the single projection's own kernel (generic_qgemv) instead of the grouped one's: the same bits
+  {
+    dev_array<float> d_y2(c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")));
+    cu::qgemv_params q = p;
+    q.y = d_y2.p;
+    {
+      cu::generic_kernels_scope scope(cu::generic_qgemv);
+      ASSERT_TRUE(cu::qgemv(q, nullptr).ok());
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto y2 = d_y2.download();
+    ASSERT_EQ(std::memcmp(y2.data(), y.data(), sizeof(float) * y.size()), 0) << "single-projection kernel";
+  }
   std::printf("%s: worst error / sum|w x| %.2e\n", case_name({c, 0}).c_str(), worst);
 }
 
@@ -406,6 +420,19 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
       }
       for (int o = out; o < ldy; ++o) EXPECT_TRUE(std::isnan(y[(size_t)i * ldy + o])) << "padding written";
     }
+    {  // the generic kernel (generic_kernels.hpp) instead of the form compiled for given ids: the same bits
+      dev_array<float> dyg(std::vector<float>((size_t)n * ldy, std::nanf("")));
+      cu::qgemv_expert_params pg = p;
+      pg.y = dyg.p;
+      {
+        cu::generic_kernels_scope scope(cu::generic_experts);
+        ASSERT_TRUE(cu::qgemv_expert(pg, nullptr).ok());
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto yg = dyg.download();
+      ASSERT_EQ(std::memcmp(yg.data(), y.data(), sizeof(float) * y.size()), 0)
+          << "generic expert kernel, format " << (int)sp.f << " rows " << sp.rows;
+    }
     // the items routed by the launch itself (moe_up's route, the decoder's default): moe_route's
     // ids and weights, and the rows of the launch given those ids, bit for bit
     {
@@ -432,6 +459,21 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
       const auto wr = dw_ref.download(), ws = dw.download(), yr = dy_ref.download(), ys = dy_self.download();
       ASSERT_EQ(std::memcmp(ws.data(), wr.data(), sizeof(float) * wr.size()), 0) << "route weights";
       ASSERT_EQ(std::memcmp(ys.data(), yr.data(), sizeof(float) * yr.size()), 0) << "rows of the self-routed launch";
+      // and through the generic kernel: the same ids, weights and rows
+      dev_array<float> dwg((size_t)n), dyg(dy_ref.download());
+      dev_array<int32_t> dselg((size_t)n);
+      dwg.poison(), dselg.poison();
+      cu::qgemv_expert_params pg = ps;
+      pg.rp.sel = dselg.p, pg.rp.weight = dwg.p, pg.sel = dselg.p, pg.y = dyg.p;
+      {
+        cu::generic_kernels_scope scope(cu::generic_experts);
+        ASSERT_TRUE(cu::qgemv_expert(pg, nullptr).ok());
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(dselg.download(), dsel_ref.download()) << "routed ids, generic kernel";
+      const auto wg = dwg.download(), yg = dyg.download();
+      ASSERT_EQ(std::memcmp(wg.data(), wr.data(), sizeof(float) * wr.size()), 0) << "route weights, generic kernel";
+      ASSERT_EQ(std::memcmp(yg.data(), yr.data(), sizeof(float) * yr.size()), 0) << "self-routed rows, generic kernel";
     }
   }
   // a mismatched second matrix is an error that names it
@@ -1010,6 +1052,18 @@ TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) 
         }
         ASSERT_LE(std::fabs(ys[(size_t)r * d + o] - s) / (mag + 1e-30), 2e-6) << "shared row " << r << " output " << o;
       }
+    {  // the generic kernel (generic_kernels.hpp) instead of the form compiled for given ids: the same bits
+      dev_array<float> dyeg((size_t)n * d), dysg((size_t)sp.R * d);
+      dyeg.poison(), dysg.poison();
+      {
+        cu::generic_kernels_scope scope(cu::generic_experts);
+        st = cu::moe_down(arr, v[0], dsel.p, sp.R, sp.K, da.p, F_, d, dyeg.p, nullptr, &v[(size_t)sp.E], das.p, dysg.p);
+      }
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_TRUE(same_bits(dyeg.download(), ye)) << "routed rows, generic kernel, format " << (int)sp.f;
+      ASSERT_TRUE(same_bits(dysg.download(), ys)) << "shared rows, generic kernel, format " << (int)sp.f;
+    }
     // a shared matrix of another shape, or without its rows: errors that name it
     kc::qmatrix other = v[(size_t)sp.E];
     other.rows -= 8;
