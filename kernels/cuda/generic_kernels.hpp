@@ -18,7 +18,8 @@ enum generic_kernel : unsigned {
   generic_experts = 2u,  // qgemv_expert (moe_up, moe_up_swiglu, the down projections)
   generic_gathers = 4u,  // embed_rows, table_rows
   generic_attention = 8u,  // sparse_attention's cluster kernel (window keys, or window then selected)
-  generic_qgemv = 16u,     // qgemv: a single projection through its own kernel, not the grouped one's
+  generic_single = 16u,    // a single projection (qgemv) or pack (norm_rope_pack) through its own
+                           // kernel, not the grouped one's
   generic_all = 31u,
 };
 unsigned generic_kernels();  // the calling thread's mask (0: the compiled forms)

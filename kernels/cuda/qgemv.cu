@@ -670,7 +670,7 @@ status qgemv(const qgemv_params& p, cudaStream_t stream) {
   // and the grouped projections of a step, so a projection often finds its code still in the
   // instruction cache after the grouped launch before it (generic_kernels.hpp); the SwiGLU form
   // only exists there
-  if (p.glu_up.data || !(generic_kernels() & generic_qgemv)) return launch_class_group(class_of(p.w), &p, 1, stream);
+  if (p.glu_up.data || !(generic_kernels() & generic_single)) return launch_class_group(class_of(p.w), &p, 1, stream);
   switch (class_of(p.w)) {
     case launch_class::f32: return launch_rw<weight_format::f32, 8, 1>(p, stream);
     case launch_class::bf16: return launch_rw<weight_format::bf16, 8, 2>(p, stream);

@@ -184,13 +184,13 @@ TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
       if (c.accumulate) EXPECT_EQ(got, y0[(size_t)i * ldy + r]);
       else EXPECT_TRUE(std::isnan(got));
     }
-  // the single projection's own kernel (generic_qgemv) instead of the grouped one's: the same bits
+  // the single projection's own kernel (generic_single) instead of the grouped one's: the same bits
   {
     dev_array<float> d_y2(c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")));
     cu::qgemv_params q = p;
     q.y = d_y2.p;
     {
-      cu::generic_kernels_scope scope(cu::generic_qgemv);
+      cu::generic_kernels_scope scope(cu::generic_single);
       ASSERT_TRUE(cu::qgemv(q, nullptr).ok());
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -352,7 +352,7 @@ TEST(cuda_decode, l2_lookahead_changes_no_bit) {
 
 // The kernels compiled for their launch's case (the mHC sites' hc_fn format and tail, routing or
 // fixed-id expert launches, the gathers' table format) give the generic kernels' bits
-// (CEDAR_CUDA_GENERIC=31: every generic form, single projections in their own kernel).
+// (CEDAR_CUDA_GENERIC=31: every generic form, single projections and packs in their own kernels).
 TEST(cuda_decode, compiled_kernel_forms_change_no_bit) {
   CEDAR_REQUIRE_GPU();
   expect_switch_changes_no_bit("CEDAR_CUDA_GENERIC", "31", "0");
