@@ -128,6 +128,23 @@ std::string case_name(const ::testing::TestParamInfo<qgemv_case>& i) {
 
 class cuda_qgemv : public ::testing::TestWithParam<qgemv_case> {};
 
+// launch(out) into a buffer holding `init`, with the generic-kernel mask `mask` set
+// (generic_kernels.hpp): its output must have the bits of `want`, the compiled form's.
+template <class Launch>
+void expect_generic_bits(unsigned mask, const std::vector<float>& init, const std::vector<float>& want, Launch launch,
+                         const std::string& what) {
+  dev_array<float> out(init);
+  {
+    cu::generic_kernels_scope scope(mask);
+    const auto st = launch(out.p);
+    ASSERT_TRUE(st.ok()) << what << ": " << st.err().message;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto got = out.download();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * want.size()), 0) << what;
+}
+
 TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
   CEDAR_REQUIRE_GPU();
   const qgemv_case c = GetParam();
@@ -185,18 +202,13 @@ TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
       else EXPECT_TRUE(std::isnan(got));
     }
   // the single projection's own kernel (generic_single) instead of the grouped one's: the same bits
-  {
-    dev_array<float> d_y2(c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")));
-    cu::qgemv_params q = p;
-    q.y = d_y2.p;
-    {
-      cu::generic_kernels_scope scope(cu::generic_single);
-      ASSERT_TRUE(cu::qgemv(q, nullptr).ok());
-    }
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto y2 = d_y2.download();
-    ASSERT_EQ(std::memcmp(y2.data(), y.data(), sizeof(float) * y.size()), 0) << "single-projection kernel";
-  }
+  expect_generic_bits(cu::generic_single, c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")), y,
+                      [&](float* out) {
+                        cu::qgemv_params q = p;
+                        q.y = out;
+                        return cu::qgemv(q, nullptr);
+                      },
+                      "single-projection kernel");
   std::printf("%s: worst error / sum|w x| %.2e\n", case_name({c, 0}).c_str(), worst);
 }
 
@@ -420,19 +432,14 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
       }
       for (int o = out; o < ldy; ++o) EXPECT_TRUE(std::isnan(y[(size_t)i * ldy + o])) << "padding written";
     }
-    {  // the generic kernel (generic_kernels.hpp) instead of the form compiled for given ids: the same bits
-      dev_array<float> dyg(std::vector<float>((size_t)n * ldy, std::nanf("")));
-      cu::qgemv_expert_params pg = p;
-      pg.y = dyg.p;
-      {
-        cu::generic_kernels_scope scope(cu::generic_experts);
-        ASSERT_TRUE(cu::qgemv_expert(pg, nullptr).ok());
-      }
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto yg = dyg.download();
-      ASSERT_EQ(std::memcmp(yg.data(), y.data(), sizeof(float) * y.size()), 0)
-          << "generic expert kernel, format " << (int)sp.f << " rows " << sp.rows;
-    }
+    // the generic kernel (generic_kernels.hpp) instead of the form compiled for given ids: the same bits
+    expect_generic_bits(cu::generic_experts, std::vector<float>((size_t)n * ldy, std::nanf("")), y,
+                        [&](float* out) {
+                          cu::qgemv_expert_params pg = p;
+                          pg.y = out;
+                          return cu::qgemv_expert(pg, nullptr);
+                        },
+                        "generic expert kernel, format " + std::to_string((int)sp.f) + " rows " + std::to_string(sp.rows));
     // the items routed by the launch itself (moe_up's route, the decoder's default): moe_route's
     // ids and weights, and the rows of the launch given those ids, bit for bit
     {
