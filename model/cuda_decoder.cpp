@@ -403,9 +403,8 @@ class cuda_backend final : public backend {
   bool fuse_swiglu_ = false;
   // the generic kernels (kernels/cuda/generic_kernels.hpp) for the ops whose bits are set:
   // 1 the mHC sites (127 KB of code against 19 KB for the form compiled for the site's hc_fn
-  // format and tail), 2 the routed experts, 4 the embedding and Engram gathers, 8 the cluster
-  // attention's key mix, 16 single projections and packs in their own kernels (not the grouped
-  // ones') — the same bits; CEDAR_CUDA_GENERIC=mask, for A/B (default 0: the compiled forms)
+  // format and tail), 2 the embedding and Engram gathers — the same bits;
+  // CEDAR_CUDA_GENERIC=mask, for A/B (default 0: the compiled forms)
   int generic_mask_ = 0;
   // this token's SWA entry (norm, RoPE, FP8 into the ring) on the expert stream, idle until the
   // FFN: forked after the projection that writes kv, joined before the attention, so the pack

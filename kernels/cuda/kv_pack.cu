@@ -244,7 +244,6 @@ status check_job(const norm_rope_pack_params& p) {
 
 status norm_rope_pack(const norm_rope_pack_params& p, cudaStream_t stream) {
   CEDAR_TRY(check_job(p));
-  if (!(generic_kernels() & generic_single)) return norm_rope_pack_many(&p, 1, stream);
   launch_kernel(norm_rope_pack_kernel, (unsigned)p.R, (unsigned)p.n, 0, stream, p);
   CEDAR_CUDA_LAUNCHED("norm_rope_pack");
   return {};
@@ -254,9 +253,7 @@ status norm_rope_pack_many(const norm_rope_pack_params* jobs, int n, cudaStream_
   if (n <= 0 || n > k_norm_rope_pack_max || !jobs)
     return make_error(errc::invalid_argument, "norm_rope_pack_many: 1.." + std::to_string(k_norm_rope_pack_max) +
                                                   " jobs (got " + std::to_string(n) + ")");
-  // one job: the grouped kernel all the same (one code body for a step's packs, as qgemv's
-  // single projections: generic_kernels.hpp), unless generic_single asks for its own kernel
-  if (n == 1 && (generic_kernels() & generic_single)) return norm_rope_pack(jobs[0], stream);
+  if (n == 1) return norm_rope_pack(jobs[0], stream);
   norm_rope_pack_group g;
   g.n = n;
   int threads = 32, blocks = 0;

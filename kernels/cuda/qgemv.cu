@@ -15,7 +15,6 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 namespace cedar::kernels::cuda {
 namespace {
@@ -353,22 +352,15 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g
 
 // Routed experts: grid (blocks of wa's rows + blocks of wb's rows, items) — or, SwiGLU items
 // (p.glu), blocks of wa's rows each reading both matrices; the block reads its item's expert
-// view from the device array and runs qgemv_body at m = 1. EK: what the launch holds, known at
-// compile time (launch.cuh, generic kernels): k_ek_route, items that route themselves (the up
-// projections); k_ek_ids, items whose ids were written before (+ fixed items: the down
-// projections); k_ek_any, both (the generic form). One qgemv_body either way: the fixed items
-// only set up its parameters.
-constexpr int k_ek_any = 0, k_ek_route = 1, k_ek_ids = 2;
-
-template <weight_format F, int V, int RW, int WS, bool G, int EK>
+// view from the device array and runs qgemv_body at m = 1. One qgemv_body for every item: a
+// fixed item only sets up its parameters (two inlined bodies made the kernel 32 KB of code).
+template <weight_format F, int V, int RW, int WS, bool G>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert_params p, unsigned blocks_a) {
   pdl_entry();
   const int i = (int)blockIdx.y;
   const bool glu = G && p.glu;
   const bool second = !glu && blockIdx.x >= blocks_a;
-  // a SwiGLU launch has no fixed items (qgemv_expert refuses them), nor has a routing one
-  constexpr bool kFixed = !G && EK != k_ek_route;
-  constexpr bool kRoute = EK != k_ek_ids;
+  constexpr bool kFixed = !G;  // (a SwiGLU launch has no fixed items: qgemv_expert refuses them)
   __shared__ float s_weight;  // glu with route: the item's routing weight
   qgemv_params q;
   unsigned bx = blockIdx.x;
@@ -383,7 +375,7 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
     q.evict_first = p.evict_first;
   } else {
     int e;
-    if (kRoute && p.route) {  // this row's routing, by warp 0 (moe_route's ids); the row's first block writes it
+    if (p.route) {  // this row's routing, by warp 0 (moe_route's ids); the row's first block writes it
       __shared__ int32_t s_sel[k_route_max_k];
       const int r = i / p.x_div;
       if (threadIdx.x < 32) route_row_warp(p.rp, r, (int)threadIdx.x, s_sel);
@@ -405,7 +397,7 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
     if (glu) {
       q.glu_up = p.wb[e];
       q.glu_limit = p.glu_limit;
-      q.glu_scale = kRoute && p.route ? &s_weight : p.glu_scale ? p.glu_scale + i : nullptr;
+      q.glu_scale = p.route ? &s_weight : p.glu_scale ? p.glu_scale + i : nullptr;
     }
     q.m = 1;
     q.x = p.x + (int64_t)(i / p.x_div) * p.ldx;
@@ -597,23 +589,13 @@ status launch_expert(const qgemv_expert_params& p_in, cudaStream_t s) {
   const unsigned ba = (unsigned)((ga + gpb - 1) / gpb), bb = (unsigned)((gb + gpb - 1) / gpb);
   const dim3 grid(ba + bb, (unsigned)(p.n + p.n_fixed));
   constexpr bool can_glu = RW % 2 == 0;  // (f32 has no SwiGLU form: qgemv_expert refuses it)
-  // the form of this launch: routing items, or ids given (launch.cuh: generic kernels)
-  const int ek = generic_kernels() & generic_experts ? k_ek_any : p.route ? k_ek_route : k_ek_ids;
-  using expert_fn = void (*)(qgemv_expert_params, unsigned);
-  auto pick = [&](auto ws, auto g) -> expert_fn {
-    constexpr int WS = decltype(ws)::value;
-    constexpr bool G = decltype(g)::value;
-    if (ek == k_ek_route) return qgemv_expert_kernel<F, V, RW, WS, G, k_ek_route>;
-    if (ek == k_ek_ids) return qgemv_expert_kernel<F, V, RW, WS, G, k_ek_ids>;
-    return qgemv_expert_kernel<F, V, RW, WS, G, k_ek_any>;
-  };
-  using ws1 = std::integral_constant<int, 1>;
-  using ws4 = std::integral_constant<int, 4>;
-  using glu_on = std::integral_constant<bool, can_glu>;
-  using glu_off = std::integral_constant<bool, false>;
-  const expert_fn k = can_glu && p.glu ? (split ? pick(ws4{}, glu_on{}) : pick(ws1{}, glu_on{}))
-                                       : (split ? pick(ws4{}, glu_off{}) : pick(ws1{}, glu_off{}));
-  launch_kernel(k, grid, k_warps * 32, 0, s, p, ba);
+  if (can_glu && p.glu) {
+    if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, can_glu>, grid, k_warps * 32, 0, s, p, ba);
+    else launch_kernel(qgemv_expert_kernel<F, V, RW, 1, can_glu>, grid, k_warps * 32, 0, s, p, ba);
+  } else {
+    if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, false>, grid, k_warps * 32, 0, s, p, ba);
+    else launch_kernel(qgemv_expert_kernel<F, V, RW, 1, false>, grid, k_warps * 32, 0, s, p, ba);
+  }
   CEDAR_CUDA_LAUNCHED("qgemv (experts)");
   return {};
 }
@@ -666,11 +648,7 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
 status qgemv(const qgemv_params& p, cudaStream_t stream) {
   if (auto st = check_params(p); !st.ok()) return st;
   if (qgemv_mma_applies(p)) return qgemv_mma(&p, 1, stream);
-  // through the grouped kernel, as a group of one (the same bits): one code body for the single
-  // and the grouped projections of a step, so a projection often finds its code still in the
-  // instruction cache after the grouped launch before it (generic_kernels.hpp); the SwiGLU form
-  // only exists there
-  if (p.glu_up.data || !(generic_kernels() & generic_single)) return launch_class_group(class_of(p.w), &p, 1, stream);
+  if (p.glu_up.data) return launch_class_group(class_of(p.w), &p, 1, stream);  // the SwiGLU form
   switch (class_of(p.w)) {
     case launch_class::f32: return launch_rw<weight_format::f32, 8, 1>(p, stream);
     case launch_class::bf16: return launch_rw<weight_format::bf16, 8, 2>(p, stream);

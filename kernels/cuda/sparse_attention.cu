@@ -630,8 +630,8 @@ struct lane_codes {
     }
   }
   // channel i of the lane's CPL, dequantised (exact: code × scale). E4M3 pairs through the
-  // hardware's conversion to fp16 (exact, and a fraction of e4m3_value's code: the window loop
-  // decodes 8 keys unrolled); the same values as e4m3_value for every code the packers write.
+  // hardware's conversion to fp16 (exact, and a fraction of e4m3_value's code: the loop decodes
+  // 8 keys unrolled); the same values as e4m3_value for every code the packers write.
   __device__ void decode(bool fp8, float (&k)[CPL]) const {
     if (fp8) {
       const float sc = ue8m0_value(sb);
@@ -654,55 +654,8 @@ struct lane_codes {
   }
 };
 
-// The keys of slots i = i0, i0 + k_cl_warps, ... below i1 into the warp's online softmax,
-// k_cl_batch entries' codes in flight at once. FMT: the slots' format — k_cl_fp8 (window
-// entries), k_cl_fp4 (selected entries), or k_cl_per_slot (slot t = rank + S·i is a window slot
-// when t < tw): a loop of one format holds one decoder, not both behind a branch per key.
-constexpr int k_cl_per_slot = 0, k_cl_fp8 = 1, k_cl_fp4 = 2;
-template <int CPL, int HB, int FMT>
-__device__ __forceinline__ void cl_keys(const sparse_attention_params& p, const uint8_t* const* tkey, int i0, int i1,
-                                        int rank, int S, int tw, int lane, const float (&qr)[HB][CPL],
-                                        float (&acc)[HB][CPL], float (&m)[HB], float (&l)[HB]) {
-  auto fp8_at = [&](int i) { return FMT == k_cl_fp8 || (FMT == k_cl_per_slot && rank + S * i < tw); };
-  for (int ib = i0; ib < i1; ib += k_cl_warps * k_cl_batch) {
-    lane_codes<CPL> kc[k_cl_batch];
-    const uint8_t* e[k_cl_batch];
-#pragma unroll
-    for (int b = 0; b < k_cl_batch; ++b) {
-      const int i = ib + b * k_cl_warps;
-      e[b] = i < i1 ? tkey[i] : nullptr;
-      if (e[b]) kc[b].load(e[b], fp8_at(i), lane);
-    }
-#pragma unroll
-    for (int b = 0; b < k_cl_batch; ++b) {
-      if (!e[b]) continue;  // warp-uniform
-      float k[CPL];
-      kc[b].decode(fp8_at(ib + b * k_cl_warps), k);
-#pragma unroll
-      for (int h = 0; h < HB; ++h) {
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < CPL; ++i) d = fmaf(qr[h][i], k[i], d);
-        const float s = warp_sum(d) * p.scale;  // the same value in every lane
-        const float mn = fmaxf(m[h], s);
-        const float f = __expf(m[h] - mn), pe = __expf(s - mn);  // f = 0 before the first key
-        l[h] = l[h] * f + pe;
-        m[h] = mn;
-#pragma unroll
-        for (int i = 0; i < CPL; ++i) acc[h][i] = fmaf(pe, k[i], acc[h][i] * f);
-      }
-    }
-  }
-}
-
-// KM: the key mix of a launch, known at compile time (generic_kernels.hpp) — k_km_window (no
-// selected keys: the window's fp8 loop alone), k_km_split (the window's fp8 loop, then the
-// selected keys' fp4 loop: each warp takes its slots in the same order as the generic form),
-// k_km_any (one loop, the format decided per slot: the generic form).
-constexpr int k_km_any = 0, k_km_window = 1, k_km_split = 2;
-
 // grid (R, ceil(H / HB), S) in clusters of (1, 1, S); tw, tk: the slot bounds; ns: slots per block
-template <int CPL, int HB, int KM>
+template <int CPL, int HB>
 __global__ void __launch_bounds__(k_cl_threads) sparse_attention_cluster_kernel(sparse_attention_params p, int tw, int tk,
                                                                                 int ns) {
   pdl_entry();
@@ -751,17 +704,35 @@ __global__ void __launch_bounds__(k_cl_threads) sparse_attention_cluster_kernel(
     m[h] = -INFINITY, l[h] = 0.0f;
   }
   __syncthreads();
-  // this warp's slots: warp, warp + warps, ... in that order (whatever the form: the same bits)
-  if constexpr (KM == k_km_window) {
-    cl_keys<CPL, HB, k_cl_fp8>(p, tkey, warp, ns, rank, S, tw, lane, qr, acc, m, l);
-  } else if constexpr (KM == k_km_split) {
-    // slots below nwi are window slots (fp8), the rest selected ones (fp4)
-    const int nwi = tw > rank ? (tw - rank + S - 1) / S : 0;
-    cl_keys<CPL, HB, k_cl_fp8>(p, tkey, warp, min(nwi, ns), rank, S, tw, lane, qr, acc, m, l);
-    const int first = nwi + ((warp - nwi) % k_cl_warps + k_cl_warps) % k_cl_warps;  // ≥ nwi, ≡ warp
-    cl_keys<CPL, HB, k_cl_fp4>(p, tkey, first, ns, rank, S, tw, lane, qr, acc, m, l);
-  } else {
-    cl_keys<CPL, HB, k_cl_per_slot>(p, tkey, warp, ns, rank, S, tw, lane, qr, acc, m, l);
+  // this warp's slots: warp, warp + warps, ...; k_cl_batch keys' codes in flight at once
+  for (int i0 = warp; i0 < ns; i0 += k_cl_warps * k_cl_batch) {
+    lane_codes<CPL> kc[k_cl_batch];
+    const uint8_t* e[k_cl_batch];
+#pragma unroll
+    for (int b = 0; b < k_cl_batch; ++b) {
+      const int i = i0 + b * k_cl_warps;
+      e[b] = i < ns ? tkey[i] : nullptr;
+      if (e[b]) kc[b].load(e[b], rank + S * i < tw, lane);
+    }
+#pragma unroll
+    for (int b = 0; b < k_cl_batch; ++b) {
+      if (!e[b]) continue;  // warp-uniform
+      float k[CPL];
+      kc[b].decode(rank + S * (i0 + b * k_cl_warps) < tw, k);
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) d = fmaf(qr[h][i], k[i], d);
+        const float s = warp_sum(d) * p.scale;  // the same value in every lane
+        const float mn = fmaxf(m[h], s);
+        const float f = __expf(m[h] - mn), pe = __expf(s - mn);  // f = 0 before the first key
+        l[h] = l[h] * f + pe;
+        m[h] = mn;
+#pragma unroll
+        for (int i = 0; i < CPL; ++i) acc[h][i] = fmaf(pe, k[i], acc[h][i] * f);
+      }
+    }
   }
   // the warps' states -> the block's
 #pragma unroll
@@ -841,29 +812,23 @@ __global__ void sparse_attention_combine(sparse_attention_params p, int splits) 
   combine_heads(p, splits, blockIdx.x, blockIdx.y, 1, 1, orow, wsplit, &s_den);
 }
 
-// The cluster kernel of CPL channels per lane, hb heads per block (1, 2 or 4) and key mix km.
+// The cluster kernel of CPL channels per lane and hb heads per block (1, 2 or 4).
 using cl_kernel_t = void (*)(sparse_attention_params, int, int, int);
-template <int CPL, int HB>
-cl_kernel_t cl_kernel_km(int km) {
-  if (km == k_km_window) return sparse_attention_cluster_kernel<CPL, HB, k_km_window>;
-  if (km == k_km_split) return sparse_attention_cluster_kernel<CPL, HB, k_km_split>;
-  return sparse_attention_cluster_kernel<CPL, HB, k_km_any>;
-}
 template <int CPL>
-cl_kernel_t cl_kernel_of(int hb, int km) {
+cl_kernel_t cl_kernel_of(int hb) {
   if constexpr (CPL * 4 <= k_cl_max_hb_cpl) {
-    if (hb >= 4) return cl_kernel_km<CPL, 4>(km);
+    if (hb >= 4) return sparse_attention_cluster_kernel<CPL, 4>;
   }
-  if (hb == 2) return cl_kernel_km<CPL, 2>(km);
-  return cl_kernel_km<CPL, 1>(km);
+  if (hb == 2) return sparse_attention_cluster_kernel<CPL, 2>;
+  return sparse_attention_cluster_kernel<CPL, 1>;
 }
-cl_kernel_t cl_kernel(int cpl, int hb, int km) {
+cl_kernel_t cl_kernel(int cpl, int hb) {
   switch (cpl) {
-    case 1: return cl_kernel_of<1>(hb, km);
-    case 2: return cl_kernel_of<2>(hb, km);
-    case 4: return cl_kernel_of<4>(hb, km);
-    case 8: return cl_kernel_of<8>(hb, km);
-    default: return cl_kernel_of<16>(hb, km);
+    case 1: return cl_kernel_of<1>(hb);
+    case 2: return cl_kernel_of<2>(hb);
+    case 4: return cl_kernel_of<4>(hb);
+    case 8: return cl_kernel_of<8>(hb);
+    default: return cl_kernel_of<16>(hb);
   }
 }
 
@@ -1041,15 +1006,13 @@ status sparse_attention(const sparse_attention_params& p, cudaStream_t stream) {
   };
   if (ls.cluster > 0) {
     const size_t smem = cl_smem_bytes(p.D, hb, ls.ns);
-    // the key mix (generic_kernels.hpp): no selected slots, window then selected, or the generic form
-    const int km = generic_kernels() & generic_attention ? k_km_any : ls.tk == 0 ? k_km_window : k_km_split;
-    const cl_kernel_t kernel = cl_kernel(p.D / 32, hb, km);
-    static size_t smem_optin[5][3][3] = {};  // [log2 CPL][log2 HB][key mix]
+    const cl_kernel_t kernel = cl_kernel(p.D / 32, hb);
+    static size_t smem_optin[5][3] = {};  // [log2 CPL][log2 HB]
     int lc = 0, lh = 0;
     while ((1 << lc) < p.D / 32) ++lc;
     while ((1 << lh) < hb) ++lh;
-    if (!smem_optin[lc][lh][km]) smem_optin[lc][lh][km] = 48 * 1024;
-    CEDAR_TRY(optin(reinterpret_cast<const void*>(kernel), smem, smem_optin[lc][lh][km]));
+    if (!smem_optin[lc][lh]) smem_optin[lc][lh] = 48 * 1024;
+    CEDAR_TRY(optin(reinterpret_cast<const void*>(kernel), smem, smem_optin[lc][lh]));
     launch_kernel_cluster(kernel, dim3((unsigned)p.R, (unsigned)((p.H + hb - 1) / hb), (unsigned)ls.cluster),
                           dim3(1, 1, (unsigned)ls.cluster), k_cl_threads, smem, stream, p, ls.tw, ls.tk, ls.ns);
     CEDAR_CUDA_LAUNCHED("cuda::sparse_attention (cluster)");

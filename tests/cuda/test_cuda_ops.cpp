@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -205,22 +204,6 @@ static void check_attention_case(const attn_case& c, int mma_mode) {
         ASSERT_EQ(got[i], want[i]) << "fused RoPE, pass " << pass << ", output " << i;
     }
     p.rope_cos = nullptr, p.rope_sin = nullptr, p.rope_np = 0, p.q = dq.p, p.out = dout.p, p.done = nullptr;
-  }
-  {  // the generic form (generic_kernels.hpp: the cluster kernel's key mix decided per slot) gives
-     // the bits of the form compiled for the launch's key mix (window alone, window then selected)
-    dout.poison();
-    ASSERT_TRUE(cu::sparse_attention(p, nullptr).ok());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto compiled = dout.download();
-    dout.poison();
-    {
-      cu::generic_kernels_scope scope(cu::generic_attention);
-      ASSERT_TRUE(cu::sparse_attention(p, nullptr).ok());
-    }
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto generic = dout.download();
-    ASSERT_EQ(std::memcmp(generic.data(), compiled.data(), sizeof(float) * compiled.size()), 0)
-        << "generic attention kernel, mode " << mma_mode;
   }
   std::printf("(split path: %s) ", wsf > 0 ? "tested" : "not used at these shapes");
   std::printf("R=%d H=%d D=%d W=%d E=%d K=%d: worst scaled error %.2e\n", c.R, c.H, c.D, c.W, c.E, c.K, worst);

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
-#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/kv_pack.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
 
@@ -179,11 +178,7 @@ TEST(cuda_norm_rope_pack, many_jobs_in_one_launch_equal_one_launch_each) {
       sd->jobs.push_back(p);
     }
   }
-  {  // one launch each through the single-job kernel (a lone job takes the grouped kernel unless
-     // generic_single is set: generic_kernels.hpp)
-    cu::generic_kernels_scope scope(cu::generic_single);
-    for (const auto& p : one.jobs) ASSERT_TRUE(cu::norm_rope_pack(p, nullptr).ok());
-  }
+  for (const auto& p : one.jobs) ASSERT_TRUE(cu::norm_rope_pack(p, nullptr).ok());
   const auto st = cu::norm_rope_pack_many(many.jobs.data(), 4, nullptr);
   ASSERT_TRUE(st.ok()) << st.err().message;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

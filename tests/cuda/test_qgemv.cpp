@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "kernels/cpu/quant.hpp"
-#include "kernels/cuda/generic_kernels.hpp"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/qgemv.cuh"
 #include "tests/cuda/cuda_test_util.hpp"
@@ -128,23 +127,6 @@ std::string case_name(const ::testing::TestParamInfo<qgemv_case>& i) {
 
 class cuda_qgemv : public ::testing::TestWithParam<qgemv_case> {};
 
-// launch(out) into a buffer holding `init`, with the generic-kernel mask `mask` set
-// (generic_kernels.hpp): its output must have the bits of `want`, the compiled form's.
-template <class Launch>
-void expect_generic_bits(unsigned mask, const std::vector<float>& init, const std::vector<float>& want, Launch launch,
-                         const std::string& what) {
-  dev_array<float> out(init);
-  {
-    cu::generic_kernels_scope scope(mask);
-    const auto st = launch(out.p);
-    ASSERT_TRUE(st.ok()) << what << ": " << st.err().message;
-  }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto got = out.download();
-  ASSERT_EQ(got.size(), want.size()) << what;
-  ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * want.size()), 0) << what;
-}
-
 TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
   CEDAR_REQUIRE_GPU();
   const qgemv_case c = GetParam();
@@ -201,14 +183,6 @@ TEST_P(cuda_qgemv, matches_the_dequantised_oracle) {
       if (c.accumulate) EXPECT_EQ(got, y0[(size_t)i * ldy + r]);
       else EXPECT_TRUE(std::isnan(got));
     }
-  // the single projection's own kernel (generic_single) instead of the grouped one's: the same bits
-  expect_generic_bits(cu::generic_single, c.accumulate ? y0 : std::vector<float>(y0.size(), std::nanf("")), y,
-                      [&](float* out) {
-                        cu::qgemv_params q = p;
-                        q.y = out;
-                        return cu::qgemv(q, nullptr);
-                      },
-                      "single-projection kernel");
   std::printf("%s: worst error / sum|w x| %.2e\n", case_name({c, 0}).c_str(), worst);
 }
 
@@ -432,14 +406,6 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
       }
       for (int o = out; o < ldy; ++o) EXPECT_TRUE(std::isnan(y[(size_t)i * ldy + o])) << "padding written";
     }
-    // the generic kernel (generic_kernels.hpp) instead of the form compiled for given ids: the same bits
-    expect_generic_bits(cu::generic_experts, std::vector<float>((size_t)n * ldy, std::nanf("")), y,
-                        [&](float* out) {
-                          cu::qgemv_expert_params pg = p;
-                          pg.y = out;
-                          return cu::qgemv_expert(pg, nullptr);
-                        },
-                        "generic expert kernel, format " + std::to_string((int)sp.f) + " rows " + std::to_string(sp.rows));
     // the items routed by the launch itself (moe_up's route, the decoder's default): moe_route's
     // ids and weights, and the rows of the launch given those ids, bit for bit
     {
@@ -466,21 +432,6 @@ TEST(cuda_qgemv_expert, items_use_the_expert_they_name) {
       const auto wr = dw_ref.download(), ws = dw.download(), yr = dy_ref.download(), ys = dy_self.download();
       ASSERT_EQ(std::memcmp(ws.data(), wr.data(), sizeof(float) * wr.size()), 0) << "route weights";
       ASSERT_EQ(std::memcmp(ys.data(), yr.data(), sizeof(float) * yr.size()), 0) << "rows of the self-routed launch";
-      // and through the generic kernel: the same ids, weights and rows
-      dev_array<float> dwg((size_t)n), dyg(dy_ref.download());
-      dev_array<int32_t> dselg((size_t)n);
-      dwg.poison(), dselg.poison();
-      cu::qgemv_expert_params pg = ps;
-      pg.rp.sel = dselg.p, pg.rp.weight = dwg.p, pg.sel = dselg.p, pg.y = dyg.p;
-      {
-        cu::generic_kernels_scope scope(cu::generic_experts);
-        ASSERT_TRUE(cu::qgemv_expert(pg, nullptr).ok());
-      }
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(dselg.download(), dsel_ref.download()) << "routed ids, generic kernel";
-      const auto wg = dwg.download(), yg = dyg.download();
-      ASSERT_EQ(std::memcmp(wg.data(), wr.data(), sizeof(float) * wr.size()), 0) << "route weights, generic kernel";
-      ASSERT_EQ(std::memcmp(yg.data(), yr.data(), sizeof(float) * yr.size()), 0) << "self-routed rows, generic kernel";
     }
   }
   // a mismatched second matrix is an error that names it
@@ -1059,18 +1010,6 @@ TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) 
         }
         ASSERT_LE(std::fabs(ys[(size_t)r * d + o] - s) / (mag + 1e-30), 2e-6) << "shared row " << r << " output " << o;
       }
-    {  // the generic kernel (generic_kernels.hpp) instead of the form compiled for given ids: the same bits
-      dev_array<float> dyeg((size_t)n * d), dysg((size_t)sp.R * d);
-      dyeg.poison(), dysg.poison();
-      {
-        cu::generic_kernels_scope scope(cu::generic_experts);
-        st = cu::moe_down(arr, v[0], dsel.p, sp.R, sp.K, da.p, F_, d, dyeg.p, nullptr, &v[(size_t)sp.E], das.p, dysg.p);
-      }
-      ASSERT_TRUE(st.ok()) << st.err().message;
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_TRUE(same_bits(dyeg.download(), ye)) << "routed rows, generic kernel, format " << (int)sp.f;
-      ASSERT_TRUE(same_bits(dysg.download(), ys)) << "shared rows, generic kernel, format " << (int)sp.f;
-    }
     // a shared matrix of another shape, or without its rows: errors that name it
     kc::qmatrix other = v[(size_t)sp.E];
     other.rows -= 8;

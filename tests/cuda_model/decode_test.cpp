@@ -350,12 +350,11 @@ TEST(cuda_decode, l2_lookahead_changes_no_bit) {
   expect_switch_changes_no_bit("CEDAR_CUDA_L2_LOOKAHEAD", "0", "1");
 }
 
-// The kernels compiled for their launch's case (the mHC sites' hc_fn format and tail, routing or
-// fixed-id expert launches, the gathers' table format) give the generic kernels' bits
-// (CEDAR_CUDA_GENERIC=31: every generic form, single projections and packs in their own kernels).
+// The kernels compiled for their launch's case (the mHC sites' hc_fn format and tail, the
+// gathers' table format) give the generic kernels' bits (CEDAR_CUDA_GENERIC=3: both generic).
 TEST(cuda_decode, compiled_kernel_forms_change_no_bit) {
   CEDAR_REQUIRE_GPU();
-  expect_switch_changes_no_bit("CEDAR_CUDA_GENERIC", "31", "0");
+  expect_switch_changes_no_bit("CEDAR_CUDA_GENERIC", "3", "0");
 }
 
 // CEDAR_CUDA_STEP_PHASES=1: every step reports its device time split at events inside the step
