@@ -34,7 +34,7 @@ __global__ void table_rows_kernel(qmatrix t, const int64_t* ids, int n_layers, i
   strided_batched<8, float>((int)w, [&](int i) { return qmatrix_at_as<F>(t, row, i); }, [&](int i, float v) { o[i] = v; });
 }
 
-// The format a gather of table t is compiled for (launch.cuh: generic kernels).
+// The format a gather of table t is compiled for (generic_kernels.hpp).
 int gather_format(const qmatrix& t) {
   if (generic_kernels() & generic_gathers) return k_format_any;
   if (t.format == weight_format::bf16) return (int)weight_format::bf16;

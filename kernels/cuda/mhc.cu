@@ -211,12 +211,13 @@ __device__ __forceinline__ void butterfly_sum(float (&t)[32], int lane) {
 // written to v). HC > 0: hc known at compile time (the mix weights loaded together, the sums
 // unrolled: a chain of one load and one reduction per mix would cost a load latency each).
 // FN, TAIL: what the launch needs, known at compile time, so that its code holds nothing else
-// (launch.cuh, generic kernels): the generic kernel (every hc_fn format inline, 24 times
-// unrolled, and both last-block tails) was 127 KB of which ~470 instructions ran, in stretches
-// far apart, and its warps waited on instruction fetch 64% of the time (ncu, session 41). FN: the hc_fn format (k_fn_any: the runtime dispatch of
-// every format; k_fn_bf16, k_fn_f32). TAIL: the last block's work (k_tail_none: no `done`;
-// k_tail_xinv: x_inv alone; k_tail_post: the fused hc_post; k_tail_any: chosen at run time).
-// The specialised forms compute exactly what the generic one does (the same bits).
+// (generic_kernels.hpp): the generic kernel (every hc_fn format inline, 24 times unrolled, and
+// both last-block tails) was 127 KB of which ~470 instructions ran, in stretches far apart, and
+// its warps waited on instruction fetch 64% of the time (ncu, session 41). FN: the hc_fn format
+// (k_fn_any: the runtime dispatch of every format; k_fn_bf16, k_fn_f32). TAIL: the last block's
+// work (k_tail_none: no `done`; k_tail_xinv: x_inv alone; k_tail_post: the fused hc_post;
+// k_tail_any: chosen at run time). The specialised forms compute exactly what the generic one
+// does (the same bits).
 constexpr int k_fn_any = 0, k_fn_bf16 = 1, k_fn_f32 = 2;
 constexpr int k_tail_none = 0, k_tail_xinv = 1, k_tail_post = 2, k_tail_any = 3;
 
@@ -492,7 +493,7 @@ mix_collapse_fn mix_collapse_tail(const hc_mix_params& p) {
 }
 
 // The kernel of a launch: hc = 4 with a bf16 or f32 hc_fn gets the form compiled for its format
-// and tail (unless generic_mhc is set: launch.cuh); anything else the generic kernel.
+// and tail (unless generic_mhc is set: generic_kernels.hpp); anything else the generic kernel.
 mix_collapse_fn mix_collapse_kernel_for(const hc_mix_params& p) {
   const bool generic = (generic_kernels() & generic_mhc) != 0;
   if (p.hc != 4) return hc_mix_collapse_kernel<0, k_fn_any, k_tail_any>;
