@@ -244,7 +244,12 @@ class cuda_backend final : public backend {
     fuse_route_ = !env_off("CEDAR_CUDA_FUSE_ROUTE");
     fuse_swiglu_ = env_on("CEDAR_CUDA_FUSE_SWIGLU");
     swa_side_ = env_on("CEDAR_CUDA_SWA_SIDE");
-    env_int("CEDAR_CUDA_GENERIC", 0, generic_mask_);
+    if (env_int("CEDAR_CUDA_GENERIC", 0, generic_mask_) && (generic_mask_ & ~(int)kcu::generic_all)) {
+      CEDAR_LOG_WARN("cuda backend: CEDAR_CUDA_GENERIC=%d has bits beyond %d (mHC 1, gathers 2); using %d", generic_mask_,
+                     (int)kcu::generic_all, generic_mask_ & (int)kcu::generic_all);
+      generic_mask_ &= (int)kcu::generic_all;
+    }
+    swiglu_down_ = !env_off("CEDAR_CUDA_SWIGLU_DOWN");
     phases_ = env_on("CEDAR_CUDA_STEP_PHASES");
     env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
@@ -401,6 +406,11 @@ class cuda_backend final : public backend {
   // but measured no faster in a whole step on an H200 (session 39, README): off unless
   // CEDAR_CUDA_FUSE_SWIGLU=1.
   bool fuse_swiglu_ = false;
+  // the routed experts' SwiGLU (and, in steps whose shared expert joins their down launch, the
+  // shared expert's) taken on load by the down projection (moe_down_swiglu: each block computes
+  // its item's activation into shared memory) — no swiglu_rows launch between the up and the
+  // down projections; the same bits (CEDAR_CUDA_SWIGLU_DOWN=0: the launches, A/B)
+  bool swiglu_down_ = true;
   // the generic kernels (kernels/cuda/generic_kernels.hpp) for the ops whose bits are set:
   // 1 the mHC sites (127 KB of code against 19 KB for the form compiled for the site's hc_fn
   // format and tail), 2 the embedding and Engram gathers — the same bits;
@@ -1615,22 +1625,27 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         // the up projection routes for itself (fuse_route_): one launch fewer on the experts' path
         const bool self_route = fuse_route_ && !expert_order && E <= 32 * 32 && KE <= kcu::k_route_max_k;
         if (!self_route) CEDAR_TRY(kcu::moe_route(rp, es));
+        // the SwiGLU on the down projection's load (swiglu_down_; the shared expert's too when it
+        // joins the launch and its up projection wrote gate and up rows)
+        const bool routed_glu = fuse_swiglu_ && b.x1.format != kernels::weight_format::f32;
+        const bool down_glu = swiglu_down_ && !routed_glu && F <= kcu::k_x_glu_max_cols && !(shared_down && shared_glu);
         if (expert_order) {
           CEDAR_TRY(experts_by_expert(b, x, es));
         } else {
-          if (fuse_swiglu_ && b.x1.format != kernels::weight_format::f32) {
+          if (routed_glu) {
             CEDAR_TRY(kcu::moe_up_swiglu(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, (float)c.swiglu_limit, selw, act2,
                                          es, b.ffn_norm, eps, xinv_in, self_route ? &rp : nullptr));
           } else {
             CEDAR_TRY(kcu::moe_up(b.w1s, b.w3s, b.x1, b.x3, sel, B, KE, x, d, F, h2, es, b.ffn_norm, eps, xinv_in,
                                   self_route ? &rp : nullptr));
-            CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
+            if (!down_glu) CEDAR_TRY(kcu::swiglu_rows(h2, B * KE, F, (float)c.swiglu_limit, selw, act2, es));
           }
-          if (shared_down) {  // the shared expert's activation first (unless its up wrote it)
-            if (!shared_glu) CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
-            CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es, &b.shared.w2, act, y));
-          } else {
-            CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es));
+          const kernels::qmatrix* sw2 = shared_down ? &b.shared.w2 : nullptr;
+          if (down_glu) {
+            CEDAR_TRY(kcu::moe_down_swiglu(b.w2s, b.x2, sel, B, KE, h2, F, (float)c.swiglu_limit, selw, d, ye, es, sw2, h, y));
+          } else {  // the shared expert's activation first (unless its up wrote it)
+            if (shared_down && !shared_glu) CEDAR_TRY(kcu::swiglu_rows(h, B, F, (float)c.swiglu_limit, nullptr, act, stream_));
+            CEDAR_TRY(kcu::moe_down(b.w2s, b.x2, sel, B, KE, act2, F, d, ye, es, sw2, act, y));
           }
         }
       }

@@ -400,7 +400,8 @@ class timeline_recorder final : public kcu::launch_profiler {
   bool collect() {
     kcu::set_timeline(nullptr, 0);
     if (!cur_.empty()) {
-      if (!seq_.empty() && cur_.size() != seq_.size()) gap_.clear(), cnt_.clear(), steps_ = 0, span_ = 0;
+      if (!seq_.empty() && cur_.size() != seq_.size())
+        gap_.clear(), cnt_.clear(), wait_.clear(), wcnt_.clear(), steps_ = 0, span_ = 0;
       seq_ = std::move(cur_);
     }
     cur_.clear();
@@ -409,10 +410,30 @@ class timeline_recorder final : public kcu::launch_profiler {
     n = std::min(n, k_cap);
     std::vector<unsigned long long> rec(2 * (size_t)n);
     if (n) cudaMemcpy(rec.data(), buf_ + 2, sizeof(unsigned long long) * rec.size(), cudaMemcpyDeviceToHost);
-    std::vector<std::pair<unsigned long long, unsigned long long>> r;  // (time, tag) by time
-    for (unsigned i = 0; i < n; ++i) r.push_back({rec[2 * (size_t)i], rec[2 * (size_t)i + 1]});
+    std::vector<std::pair<unsigned long long, unsigned long long>> r, pre;  // (time, tag) by time
+    for (unsigned i = 0; i < n; ++i) {
+      const unsigned long long tag = rec[2 * (size_t)i + 1];
+      if (tag & kcu::k_timeline_pre) pre.push_back({rec[2 * (size_t)i], tag & ~kcu::k_timeline_pre});
+      else r.push_back({rec[2 * (size_t)i], tag});
+    }
     std::sort(r.begin(), r.end());
+    std::sort(pre.begin(), pre.end());
     gap_.resize(seq_.size(), 0.0), cnt_.resize(seq_.size(), 0);
+    wait_.resize(seq_.size(), 0.0), wcnt_.resize(seq_.size(), 0);
+    // the records before the waits, matched to launches the same way: their time per position
+    std::vector<unsigned long long> pre_t(seq_.size(), 0);
+    {
+      std::vector<char> taken(seq_.size(), 0);
+      size_t jp = 0;
+      for (const auto& [t, tag] : pre) {
+        while (jp < seq_.size() && taken[jp]) ++jp;
+        for (size_t k = jp; k < std::min(seq_.size(), jp + 24); ++k)
+          if (!taken[k] && seq_[k].tag == tag) {
+            taken[k] = 1, pre_t[k] = t;
+            break;
+          }
+      }
+    }
     std::vector<char> used(seq_.size(), 0);
     size_t j = 0, matched = 0;
     std::vector<long> at(r.size(), -1);
@@ -426,6 +447,9 @@ class timeline_recorder final : public kcu::launch_profiler {
     }
     for (size_t i = 0; i + 1 < r.size(); ++i)
       if (at[i] >= 0) gap_[(size_t)at[i]] += 1e-3 * (double)(r[i + 1].first - r[i].first), cnt_[(size_t)at[i]]++;
+    for (size_t i = 0; i < r.size(); ++i)
+      if (at[i] >= 0 && pre_t[(size_t)at[i]] && pre_t[(size_t)at[i]] <= r[i].first)
+        wait_[(size_t)at[i]] += 1e-3 * (double)(r[i].first - pre_t[(size_t)at[i]]), wcnt_[(size_t)at[i]]++;
     if (r.size() > 1) span_ += 1e-3 * (double)(r.back().first - r.front().first);
     ++steps_;
     records_ = r.size();
@@ -445,17 +469,23 @@ class timeline_recorder final : public kcu::launch_profiler {
     std::printf("  timeline %s: %zu launches per step, first to last kernel start %.1f us (graph, PDL, side streams)\n",
                 what.c_str(), seq_.size(), span_ / steps_);
     print_kernel_table(by, sum);
+    int early = 0, timed = 0;  // launches resident before their predecessor ended (waited ≥ 0.2 µs)
+    for (size_t i = 0; i < seq_.size(); ++i)
+      if (wcnt_[i]) ++timed, early += wait_[i] / wcnt_[i] >= 0.2;
+    std::printf("  timeline %s: %d of %d launches were resident before the kernel they wait for ended (PDL overlap)\n",
+                what.c_str(), early, timed);
     if (csv)
       for (size_t i = 0; i < seq_.size(); ++i)
-        std::fprintf(csv, "%s,%zu,\"%s\",%u,%u,%.3f\n", what.c_str(), i, event_profiler::name_of(seq_[i].fn).c_str(),
-                     seq_[i].grid.x * seq_[i].grid.y * seq_[i].grid.z, seq_[i].block.x, cnt_[i] ? gap_[i] / cnt_[i] : 0.0);
+        std::fprintf(csv, "%s,%zu,\"%s\",%u,%u,%.3f,%.3f\n", what.c_str(), i, event_profiler::name_of(seq_[i].fn).c_str(),
+                     seq_[i].grid.x * seq_[i].grid.y * seq_[i].grid.z, seq_[i].block.x, cnt_[i] ? gap_[i] / cnt_[i] : 0.0,
+                     wcnt_[i] ? wait_[i] / wcnt_[i] : 0.0);
   }
 
  private:
   unsigned long long* buf_ = nullptr;
   std::vector<launch> seq_, cur_;
-  std::vector<double> gap_;
-  std::vector<int> cnt_;
+  std::vector<double> gap_, wait_;  // per launch position: µs to the next start; µs at the wait
+  std::vector<int> cnt_, wcnt_;
   double span_ = 0;
   int steps_ = 0;
   size_t records_ = 0;
@@ -656,7 +686,8 @@ int main(int argc, char** argv) {
           "--timeline FILE: the decode steps as they run (graph, PDL, side streams): each kernel's\n"
           "start recorded on the device, its cost on the critical path = the gap to the next start;\n"
           "a table per kernel and one CSV row per launch (config, position, kernel, blocks, threads,\n"
-          "us). Needs a build with -DCEDAR_CUDA_TIMELINE=ON (kernels record only in that build).\n"
+          "us, waited_us: how long its first block sat at the PDL wait, ~0 when it was launched only\n"
+          "after its predecessor ended). Needs a build with -DCEDAR_CUDA_TIMELINE=ON.\n"
           "The ms per step of a --timeline run include the host's reading of the records between\n"
           "steps (device ms per step do not).\n"
           "--phases: the device ms per step split at events inside the step's graph\n"
@@ -731,18 +762,18 @@ int main(int argc, char** argv) {
     setenv("CEDAR_CUDA_MOE_SIDE", "0", 1);
   }
   // a per-launch CSV (--profile-csv, --timeline): null without a path; exit 2 if unwritable
-  auto launch_csv = [](const std::string& path, const char* flag) -> FILE* {
+  auto launch_csv = [](const std::string& path, const char* flag, const char* header) -> FILE* {
     if (path.empty()) return nullptr;
     FILE* f = std::fopen(path.c_str(), "w");
     if (!f) {
       std::fprintf(stderr, "bench_cuda_decode: %s: cannot write %s\n", flag, path.c_str());
       std::exit(2);
     }
-    std::fprintf(f, "config,position,kernel,blocks,threads,us\n");
+    std::fprintf(f, "%s\n", header);
     return f;
   };
-  FILE* pcsv = launch_csv(profile_path, "--profile-csv");
-  FILE* tcsv = launch_csv(timeline_path, "--timeline");
+  FILE* pcsv = launch_csv(profile_path, "--profile-csv", "config,position,kernel,blocks,threads,us");
+  FILE* tcsv = launch_csv(timeline_path, "--timeline", "config,position,kernel,blocks,threads,us,waited_us");
   const double bw = copy_bandwidth();
   std::printf("device copy bandwidth %.2f TB/s\n", bw / 1e12);
   FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");

@@ -42,7 +42,7 @@ inline void set_timeline_here(unsigned long long* b, unsigned cap) {
 }
 [[maybe_unused]] const int g_timeline_registered = timeline_detail::add_setter(&set_timeline_here);
 }  // namespace
-__device__ __forceinline__ void timeline_record() {
+__device__ __forceinline__ void timeline_record(bool pre = false) {
 #if defined(__CUDA_ARCH__)
   if ((threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
   unsigned long long* b = g_timeline;
@@ -52,15 +52,16 @@ __device__ __forceinline__ void timeline_record() {
   const unsigned i = atomicAdd(reinterpret_cast<unsigned*>(b), 1u);
   if (i >= g_timeline_cap) return;
   b[2 + 2 * (size_t)i] = t;
-  b[3 + 2 * (size_t)i] = timeline_tag(gridDim.x, gridDim.y, gridDim.z, blockDim.x);
+  b[3 + 2 * (size_t)i] = timeline_tag(gridDim.x, gridDim.y, gridDim.z, blockDim.x) | (pre ? k_timeline_pre : 0ull);
 #endif
 }
 #else
-__device__ __forceinline__ void timeline_record() {}
+__device__ __forceinline__ void timeline_record(bool = false) {}
 #endif
 
 __device__ __forceinline__ void pdl_entry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  timeline_record(true);
   asm volatile("griddepcontrol.wait;" ::: "memory");
   timeline_record();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

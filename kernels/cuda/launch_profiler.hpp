@@ -27,6 +27,9 @@ void set_profiler(launch_profiler* p);  // nullptr: none (the default)
 // it. The wait ends when the previous kernel of the stream has completed, so the gaps between
 // consecutive records are the kernels' costs on the critical path (bench_cuda_decode
 // --timeline). Off in normal builds: the check would cost a load on every kernel's start.
+// The same thread also records as it reaches the wait (the tag | k_timeline_pre): with PDL a
+// kernel's blocks are resident before its predecessor ends, so the two records' distance shows
+// whether the launch was early (waited) or only began after its predecessor (no overlap).
 // Buffer layout (u64): [0] record count (atomic, as u32), [1] unused, then [2·i + 2] time in ns,
 // [2·i + 3] timeline_tag(grid, block) of record i < cap.
 bool timeline_compiled();
@@ -35,6 +38,7 @@ __host__ __device__ constexpr unsigned long long timeline_tag(unsigned gx, unsig
   return (unsigned long long)(gx & 0xFFFFFu) | (unsigned long long)(gy & 0xFFFu) << 20 |
          (unsigned long long)(gz & 0xFFu) << 32 | (unsigned long long)(bx & 0x7FFu) << 40;
 }
+constexpr unsigned long long k_timeline_pre = 1ull << 63;  // a record taken before the wait
 namespace timeline_detail {
 using setter = void (*)(unsigned long long*, unsigned);
 int add_setter(setter f);  // each translation unit's copy of the pointer (no separable compilation)

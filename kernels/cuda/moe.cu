@@ -149,22 +149,42 @@ status swiglu_rows(const float* h, int n, int F, float limit, const float* row_w
   return {};
 }
 
-status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
-                int d, float* ye, cudaStream_t stream, const qmatrix* shared_w2, const float* shared_a, float* shared_y) {
+namespace {
+// moe_down / moe_down_swiglu: the checks and the expert launch (glu: a and shared_a are [gate | up]
+// rows of 2F, the activation taken on load with limit and row_weight)
+status down_launch(const char* who, const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K,
+                   const float* a, int F, int d, float* ye, cudaStream_t stream, const qmatrix* shared_w2,
+                   const float* shared_a, float* shared_y, bool glu, float limit, const float* row_weight) {
+  const std::string w(who);
   if (R <= 0 || K <= 0 || d <= 0 || F <= 0 || !w2 || !sel || !a || !ye)
-    return make_error(errc::invalid_argument, "moe_down: bad shape or null pointer");
-  if (like2.rows != d || like2.cols != F)
-    return make_error(errc::invalid_argument, "moe_down: expert matrix is not [d, F]");
+    return make_error(errc::invalid_argument, w + ": bad shape or null pointer");
+  if (like2.rows != d || like2.cols != F) return make_error(errc::invalid_argument, w + ": expert matrix is not [d, F]");
   if (shared_w2 && (!shared_a || !shared_y))
-    return make_error(errc::invalid_argument, "moe_down: the shared expert's matrix without its input or output rows");
+    return make_error(errc::invalid_argument, w + ": the shared expert's matrix without its input or output rows");
+  const int lda = glu ? 2 * F : F;
   qgemv_expert_params p;
-  p.wa = w2, p.like_a = like2, p.sel = sel, p.n = R * K, p.x = a, p.ldx = F, p.y = ye, p.ldy = d;
+  p.wa = w2, p.like_a = like2, p.sel = sel, p.n = R * K, p.x = a, p.ldx = lda, p.y = ye, p.ldy = d;
   if (shared_w2) {
     p.n_fixed = R, p.fixed_a = *shared_w2;
-    p.fixed_x = shared_a, p.fixed_ldx = F, p.fixed_y = shared_y, p.fixed_ldy = d;
+    p.fixed_x = shared_a, p.fixed_ldx = lda, p.fixed_y = shared_y, p.fixed_ldy = d;
   }
-  if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, "moe_down: " + st.err().message);
+  if (glu) p.x_glu = true, p.x_glu_limit = limit, p.x_glu_scale = row_weight;
+  if (auto st = qgemv_expert(p, stream); !st.ok()) return make_error(errc::invalid_argument, w + ": " + st.err().message);
   return {};
+}
+}  // namespace
+
+status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
+                int d, float* ye, cudaStream_t stream, const qmatrix* shared_w2, const float* shared_a, float* shared_y) {
+  return down_launch("moe_down", w2, like2, sel, R, K, a, F, d, ye, stream, shared_w2, shared_a, shared_y, false, 0.0f,
+                     nullptr);
+}
+
+status moe_down_swiglu(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* h, int F,
+                       float limit, const float* row_weight, int d, float* ye, cudaStream_t stream,
+                       const qmatrix* shared_w2, const float* shared_h, float* shared_y) {
+  return down_launch("moe_down_swiglu", w2, like2, sel, R, K, h, F, d, ye, stream, shared_w2, shared_h, shared_y, true,
+                     limit, row_weight);
 }
 
 status moe_combine(float* y, const float* ye, const int32_t* sel, int R, int K, int d, cudaStream_t stream) {

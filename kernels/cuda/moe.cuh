@@ -7,7 +7,7 @@
 //                 e = sel[i] (qgemv_expert: the expert's matrices picked on the device);
 //   swiglu_rows   a = silu(min(gate, limit)) · clamp(up, ±limit) · row weight (moe_up_swiglu:
 //                 both in one launch);
-//   moe_down      ye[i] = w2[e] · a[i];
+//   moe_down      ye[i] = w2[e] · a[i] (moe_down_swiglu: swiglu_rows' a computed on load);
 //   moe_combine   y[r] += Σ_k ye[r·K + k], in ascending expert id (the CPU adds experts in id
 //                 order).
 // Expert matrices are arrays (device memory) of kernels::qmatrix views with device pointers,
@@ -63,6 +63,13 @@ status swiglu_rows(const float* h, int n, int F, float limit, const float* row_w
 status moe_down(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* a, int F,
                 int d, float* ye, cudaStream_t stream, const qmatrix* shared_w2 = nullptr,
                 const float* shared_a = nullptr, float* shared_y = nullptr);
+// swiglu_rows and moe_down in one launch (qgemv_expert's x_glu): h [R·K, 2F] = [gate | up] of
+// each item, row_weight [R·K] (null: 1), the shared expert's shared_h [R, 2F] (weight 1); each
+// block computes its item's activation on load — the bits of swiglu_rows then moe_down.
+// F ≤ k_x_glu_max_cols (qgemv.cuh).
+status moe_down_swiglu(const qmatrix* w2, const qmatrix& like2, const int32_t* sel, int R, int K, const float* h, int F,
+                       float limit, const float* row_weight, int d, float* ye, cudaStream_t stream,
+                       const qmatrix* shared_w2 = nullptr, const float* shared_h = nullptr, float* shared_y = nullptr);
 // y [R, d] += the K rows of ye of each row, in ascending expert id. (Also folded into the next
 // hc_mix_collapse / hc_expand: their ye, sel, K arguments.)
 status moe_combine(float* y, const float* ye, const int32_t* sel, int R, int K, int d, cudaStream_t stream);

@@ -132,8 +132,8 @@ __device__ __forceinline__ float loadv(const qmatrix& w, int64_t r, int64_t c, f
 // rows of the up matrix, so the lane that ends with the sums holds both and writes the
 // activation (swiglu_rows' formula) — no exchange between warps, no second launch. G: the
 // instantiation that has the SwiGLU form (its row bookkeeping costs registers the plain
-// launches do not pay).
-template <weight_format F, int V, int MT, int RW, int WS, bool G = false>
+// launches do not pay). XS: p.x points into shared memory (plain loads, not the read-only path).
+template <weight_format F, int V, int MT, int RW, int WS, bool G = false, bool XS = false>
 __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, unsigned by) {
   __shared__ float red[k_warps][RW][MT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -200,7 +200,7 @@ __device__ __forceinline__ void qgemv_body(const qgemv_params& p, unsigned bx, u
         for (int i = 0; i < RW; i++) part[i] = 0.0f;
 #pragma unroll
         for (int q4 = 0; q4 < V / 4; q4++) {
-          float4 a = __ldg(xp + q4);
+          float4 a = XS ? xp[q4] : __ldg(xp + q4);
           if (defer) {
             ss[j] = fmaf(a.x, a.x, fmaf(a.y, a.y, fmaf(a.z, a.z, fmaf(a.w, a.w, ss[j]))));
             const float4 g = __ldg(g4 + c / 4 + q4);
@@ -350,11 +350,41 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g
   qgemv_body<F, V, MT, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
 }
 
+// The activation of an x_glu item (qgemv_expert_params::x_glu) into the block's shared memory:
+// swiglu_value of the gate and up halves of x (cols each), the same bits as swiglu_rows. The
+// block's weight rows are asked into L2 first, so their stream starts before the activation is
+// ready (the routed expert is known only after the wait).
+template <weight_format F, int RW, int WS>
+__device__ __forceinline__ void glu_row_to_shared(qgemv_params& q, unsigned bx, float limit, float weight,
+                                                  float* s_act) {
+  const char* b;
+  size_t nb;
+  block_weight_span<F, WS>(q.w, bx, RW, &b, &nb);
+  l2_prefetch(b, nb);
+  const int n4 = (int)(q.w.cols / 4);
+  const float4* g4 = reinterpret_cast<const float4*>(q.x);
+  const float4* u4 = reinterpret_cast<const float4*>(q.x + q.w.cols);
+  float4* s4 = reinterpret_cast<float4*>(s_act);
+  struct gate_up {
+    float4 g, u;
+  };
+  strided_batched<2, gate_up>(
+      n4, [&](int c) { return gate_up{__ldg(g4 + c), __ldg(u4 + c)}; },
+      [&](int c, const gate_up& v) {
+        s4[c] = make_float4(swiglu_value(v.g.x, v.u.x, limit, weight), swiglu_value(v.g.y, v.u.y, limit, weight),
+                            swiglu_value(v.g.z, v.u.z, limit, weight), swiglu_value(v.g.w, v.u.w, limit, weight));
+      });
+  __syncthreads();
+  q.x = s_act;
+  q.ldx = (int)q.w.cols;
+}
+
 // Routed experts: grid (blocks of wa's rows + blocks of wb's rows, items) — or, SwiGLU items
 // (p.glu), blocks of wa's rows each reading both matrices; the block reads its item's expert
 // view from the device array and runs qgemv_body at m = 1. One qgemv_body for every item: a
 // fixed item only sets up its parameters (two inlined bodies made the kernel 32 KB of code).
-template <weight_format F, int V, int RW, int WS, bool G>
+// XG: x_glu items (the activation computed into dynamic shared memory, cols floats).
+template <weight_format F, int V, int RW, int WS, bool G, bool XG = false>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert_params p, unsigned blocks_a) {
   pdl_entry();
   const int i = (int)blockIdx.y;
@@ -411,7 +441,12 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_expert_kernel(qgemv_expert
     q.x_norm_inv = p.x_norm_inv ? p.x_norm_inv + i / p.x_div : nullptr;
     if (second) bx = blockIdx.x - blocks_a;
   }
-  qgemv_body<F, V, 1, RW, WS, G>(q, bx, 0);
+  if constexpr (XG) {
+    extern __shared__ __align__(16) float s_act[];
+    const float weight = i < p.n && p.x_glu_scale ? __ldg(p.x_glu_scale + i) : 1.0f;  // fixed items: 1
+    glu_row_to_shared<F, RW, WS>(q, bx, p.x_glu_limit, weight, s_act);
+  }
+  qgemv_body<F, V, 1, RW, WS, G, XG>(q, bx, 0);
 }
 
 int g_sms = 0;  // multiprocessors of the current device (read once)
@@ -589,7 +624,11 @@ status launch_expert(const qgemv_expert_params& p_in, cudaStream_t s) {
   const unsigned ba = (unsigned)((ga + gpb - 1) / gpb), bb = (unsigned)((gb + gpb - 1) / gpb);
   const dim3 grid(ba + bb, (unsigned)(p.n + p.n_fixed));
   constexpr bool can_glu = RW % 2 == 0;  // (f32 has no SwiGLU form: qgemv_expert refuses it)
-  if (can_glu && p.glu) {
+  if (p.x_glu) {  // (never with glu or wb: qgemv_expert refuses them)
+    const size_t smem = sizeof(float) * (size_t)p.like_a.cols;
+    if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, false, true>, grid, k_warps * 32, smem, s, p, ba);
+    else launch_kernel(qgemv_expert_kernel<F, V, RW, 1, false, true>, grid, k_warps * 32, smem, s, p, ba);
+  } else if (can_glu && p.glu) {
     if (split) launch_kernel(qgemv_expert_kernel<F, V, RW, 4, can_glu>, grid, k_warps * 32, 0, s, p, ba);
     else launch_kernel(qgemv_expert_kernel<F, V, RW, 1, can_glu>, grid, k_warps * 32, 0, s, p, ba);
   } else {
@@ -626,6 +665,16 @@ status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream) {
     if (!p.wb) return bad("a SwiGLU launch (glu) needs the up matrices (wb)");
     probe.glu_up = p.like_b, probe.ldy = (int)p.like_a.rows;
     if (auto st = check_params(probe); !st.ok()) return bad(st.err().message);
+  }
+  if (p.x_glu) {  // the activation on load: x rows of [gate | up], into shared memory
+    if (p.wb || p.route || p.glu || p.x_norm_w)
+      return bad("x_glu (the activation on load) only in a launch without wb, route, glu or x_norm_w");
+    if (p.ldx < 2 * p.like_a.cols || (p.n_fixed > 0 && p.fixed_ldx < 2 * p.like_a.cols))
+      return bad("x_glu needs x rows of [gate | up]: ldx " + std::to_string(p.ldx) + " < 2 x cols " +
+                 std::to_string(2 * p.like_a.cols));
+    if (p.like_a.cols > k_x_glu_max_cols)
+      return bad("x_glu: " + std::to_string(p.like_a.cols) + " columns exceed " + std::to_string(k_x_glu_max_cols) +
+                 " (the activation row must fit the block's shared memory)");
   }
   if (p.n_fixed > 0) {  // the fixed items: the plain form, a matrix like the experts'
     if (p.wb || p.route || p.glu || p.x_norm_w)

@@ -120,6 +120,15 @@ struct qgemv_expert_params {
   bool glu = false;
   float glu_limit = 0.0f;
   const float* glu_scale = nullptr;  // [n]
+  // x_glu: SwiGLU on load (moe_down_swiglu): the items' x rows hold [gate | up], like_a.cols
+  // each (ldx and fixed_ldx ≥ 2 · cols), and each block first computes its item's activation
+  // silu(min(g, x_glu_limit)) · clamp(u, ±x_glu_limit) · x_glu_scale[i] (null, and fixed items:
+  // 1) into shared memory — swiglu_rows' bits, so the results are those of swiglu_rows then this
+  // launch, one launch fewer. Not with wb, route, glu or the on-the-fly norm; cols ≤
+  // k_x_glu_max_cols.
+  bool x_glu = false;
+  float x_glu_limit = 0.0f;
+  const float* x_glu_scale = nullptr;  // [n]
   bool evict_first = false;  // (set by the launch: weights_evict_first())
   // fixed items (the shared expert's down projection beside the routed ones, in one launch):
   // items n .. n + n_fixed − 1 read matrix fixed_a (a view of like_a's format, shape and scale
@@ -133,6 +142,7 @@ struct qgemv_expert_params {
   float* fixed_y = nullptr;
   int fixed_ldy = 0;
 };
+constexpr int64_t k_x_glu_max_cols = 12288;  // (48 KB of shared memory: one fp32 activation row)
 status qgemv_expert(const qgemv_expert_params& p, cudaStream_t stream);
 // Whether two weight views are alike for one expert launch: format, shape and scale layout
 // (a fixed item's matrix must be like the experts'; the caller can test before asking).

@@ -1022,6 +1022,88 @@ TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) 
   }
 }
 
+// SwiGLU on the down projection's load (moe_down_swiglu, qgemv_expert's x_glu): the routed rows
+// and the shared expert's rows are, bit for bit, swiglu_rows (routed: the rows' weights; shared:
+// weight 1) then moe_down — per format (bf16, fp8 with 16- and 8-wide loads, fp4, f32), the limit
+// clamp on and off, with the shared expert in the launch and without, the routed weights given
+// and not; x_glu with an up matrix, rows narrower than [gate | up] or a row too wide for shared
+// memory is an error naming it.
+TEST(cuda_qgemv_expert, swiglu_on_the_down_load_gives_the_bits_of_swiglu_rows_then_moe_down) {
+  CEDAR_REQUIRE_GPU();
+  using spec = experts_case;  // rows: d, cols: F
+  int cases = 0;
+  for (const spec& sp : {spec{F::bf16, 96, 512, 1, 5, 1, 2}, spec{F::f8_e4m3, 64, 1024, 32, 4, 2, 2},
+                         spec{F::f8_e4m3, 40, 520, 32, 3, 1, 3}, spec{F::fp4_e2m1, 128, 2048, 1, 6, 3, 3},
+                         spec{F::f32, 40, 264, 1, 3, 2, 1}, spec{F::bf16, 2048, 768, 1, 16, 1, 2}})
+    for (int variant = 0; variant < 3; ++variant) {  // 0: no limit, no weights, no shared; 1: limit,
+                                                     // weights, shared; 2: limit, no weights, shared
+      std::mt19937 g(211u + (unsigned)sp.rows + (unsigned)sp.f * 5u + (unsigned)variant);
+      std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+      std::vector<kc::qmatrix> v;  // E routed experts, then the shared one
+      for (int e = 0; e <= sp.E; ++e) v.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
+      dev_array<uint8_t> dv(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                                 reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+      const auto* arr = reinterpret_cast<const kc::qmatrix*>(dv.p);
+      const int n = sp.R * sp.K, d = (int)sp.rows, F_ = (int)sp.cols;
+      std::vector<int32_t> sel((size_t)n);
+      for (auto& e : sel) e = (int32_t)(g() % (uint32_t)sp.E);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> h((size_t)n * 2 * F_), hs((size_t)sp.R * 2 * F_), w((size_t)n);
+      for (auto& x : h) x = 2.0f * nd(g);
+      for (auto& x : hs) x = 2.0f * nd(g);
+      for (auto& x : w) x = 0.2f + std::fabs(nd(g));
+      const float limit = variant ? 1.5f : 0.0f;
+      const bool shared = variant >= 1;
+      const float* weights = nullptr;
+      dev_array<int32_t> dsel(sel);
+      dev_array<float> dh(h), dhs(hs), dw(w), da((size_t)n * F_), das((size_t)sp.R * F_);
+      dev_array<float> dye_ref((size_t)n * d), dys_ref((size_t)sp.R * d), dye((size_t)n * d), dys((size_t)sp.R * d);
+      da.poison(), das.poison(), dye_ref.poison(), dys_ref.poison(), dye.poison(), dys.poison();
+      if (variant == 1) weights = dw.p;
+      // reference: swiglu_rows (routed with the weights, shared with 1), then moe_down
+      ASSERT_TRUE(cu::swiglu_rows(dh.p, n, F_, limit, weights, da.p, nullptr).ok());
+      ASSERT_TRUE(cu::swiglu_rows(dhs.p, sp.R, F_, limit, nullptr, das.p, nullptr).ok());
+      auto st = cu::moe_down(arr, v[0], dsel.p, sp.R, sp.K, da.p, F_, d, dye_ref.p, nullptr,
+                             shared ? &v[(size_t)sp.E] : nullptr, das.p, dys_ref.p);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      st = cu::moe_down_swiglu(arr, v[0], dsel.p, sp.R, sp.K, dh.p, F_, limit, weights, d, dye.p, nullptr,
+                               shared ? &v[(size_t)sp.E] : nullptr, dhs.p, dys.p);
+      ASSERT_TRUE(st.ok()) << st.err().message;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto want = dye_ref.download();
+      for (float x : want) ASSERT_TRUE(std::isfinite(x)) << "a reference row was not written";
+      ASSERT_TRUE(same_bits(dye.download(), want)) << "routed rows, format " << (int)sp.f << " d " << d << " variant " << variant;
+      if (shared) {
+        ASSERT_TRUE(same_bits(dys.download(), dys_ref.download())) << "shared rows, format " << (int)sp.f << " variant " << variant;
+      }
+      ++cases;
+    }
+  EXPECT_EQ(cases, 18);
+
+  // errors: x_glu with the up matrices, x rows narrower than [gate | up], a row beyond shared memory
+  std::vector<float> host(64, 1.0f);
+  dev_array<float> dd(host);
+  kc::qmatrix like;
+  like.format = F::bf16, like.rows = 2, like.cols = 8, like.data = dd.p;
+  cu::qgemv_expert_params p;
+  p.wa = reinterpret_cast<const kc::qmatrix*>(dd.p), p.like_a = like, p.sel = reinterpret_cast<const int32_t*>(dd.p);
+  p.n = 1, p.x = dd.p, p.ldx = 16, p.y = dd.p, p.ldy = 2, p.x_glu = true;
+  p.wb = p.wa, p.like_b = like;
+  auto st = cu::qgemv_expert(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("x_glu"), std::string::npos) << st.err().message;
+  p.wb = nullptr, p.ldx = 8;
+  st = cu::qgemv_expert(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("[gate | up]"), std::string::npos) << st.err().message;
+  const std::vector<float> wide_host((size_t)2 * (cu::k_x_glu_max_cols + 8), 0.0f);
+  dev_array<float> wide(wide_host);
+  p.like_a.cols = cu::k_x_glu_max_cols + 8, p.like_a.data = wide.p, p.x = wide.p, p.ldx = (int)(2 * p.like_a.cols);
+  st = cu::qgemv_expert(p, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("shared memory"), std::string::npos) << st.err().message;
+}
+
 // The weight stream's L2 policy (weights_evict_first): evict-first loads and bulk prefetches
 // or plain ones give the same bits — single projections (both column splits), a group with a
 // SwiGLU item, routed experts — for every format and each mode (0 evict-normal, 1 evict-first

@@ -357,6 +357,14 @@ TEST(cuda_decode, compiled_kernel_forms_change_no_bit) {
   expect_switch_changes_no_bit("CEDAR_CUDA_GENERIC", "3", "0");
 }
 
+// The SwiGLU taken on the down projection's load (moe_down_swiglu) gives the bits of the
+// swiglu_rows launches (CEDAR_CUDA_SWIGLU_DOWN=0): routed alone, and with the shared expert in
+// the down launch (the helper's second mode, FUSE_SHARED=8).
+TEST(cuda_decode, swiglu_on_the_down_load_changes_no_bit) {
+  CEDAR_REQUIRE_GPU();
+  expect_switch_changes_no_bit("CEDAR_CUDA_SWIGLU_DOWN", "0", "1");
+}
+
 // CEDAR_CUDA_STEP_PHASES=1: every step reports its device time split at events inside the step
 // (graph launch + upload, kernels, downloads; a graph replay adds the host's cudaGraphLaunch
 // call) — eager, captured and replayed steps alike — and the three device phases add up to the
