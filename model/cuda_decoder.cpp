@@ -250,6 +250,7 @@ class cuda_backend final : public backend {
       generic_mask_ &= (int)kcu::generic_all;
     }
     swiglu_down_ = !env_off("CEDAR_CUDA_SWIGLU_DOWN");
+    mix_in_group_ = env_on("CEDAR_CUDA_MIX_IN_GROUP");
     phases_ = env_on("CEDAR_CUDA_STEP_PHASES");
     env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
     gpu_prefill_ = !env_off("CEDAR_CUDA_PREFILL");
@@ -379,6 +380,11 @@ class cuda_backend final : public backend {
   // the mHC sites' mix weights (reduce + Sinkhorn) on a side stream, forked after each site's
   // kernel and joined before the next reader of pre/post/comb (CEDAR_CUDA_MHC_SIDE=0: in line)
   bool mhc_side_ = true;
+  // with mhc_side_, each site's mix reduction in extra blocks of the next grouped projections'
+  // launch on the step's stream (qgemv_grouped_with_mix) instead of a launch on the side stream:
+  // no fork and join in the step's graph, the same bits (CEDAR_CUDA_MIX_IN_GROUP=1; off until
+  // measured)
+  bool mix_in_group_ = false;
   cudaStream_t side_ = nullptr;
   cudaEvent_t side_events_[2] = {nullptr, nullptr};  // fork, join
   // the routed experts (route, up, SwiGLU, down) on a second stream while the shared expert's
@@ -1210,11 +1216,24 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
   const bool defer_norm = defer_norm_ && side_ && (B <= kcu::k_qgemv_m_tile || !kcu::qgemv_mma_enabled());
   const float* xinv_in = defer_norm ? nullptr : xinv;  // what the projections are given
   bool side_pending = false;
+  // a site's mix reduction left to the next grouped projections on stream_ (mix_in_group_)
+  bool mix_pending = false;
+  kcu::hc_post_params pending_mix;
   auto join_side = [&]() -> status {
+    if (mix_pending) {  // no grouped launch took it: its own launch, in line
+      mix_pending = false;
+      CEDAR_TRY(kcu::hc_post(pending_mix, stream_));
+    }
     if (!side_pending) return {};
     side_pending = false;
     CEDAR_CU(cudaStreamWaitEvent(stream_, side_events_[1], 0), "cuda backend: join side stream");
     return {};
+  };
+  // projections grouped on stream_, carrying a pending mix reduction in extra blocks
+  auto grouped_main = [&](const kcu::qgemv_params* items, int n) -> status {
+    if (!mix_pending) return kcu::qgemv_grouped(items, n, stream_);
+    mix_pending = false;
+    return kcu::qgemv_grouped_with_mix(items, n, pending_mix, stream_);
   };
   // a sub-layer output not yet expanded into the streams: y, and the routed experts' rows when
   // their combine is left to the expand (fold_combine_)
@@ -1276,10 +1295,14 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
     mp.x_inv_only = true;
     if (defer_norm) mp.done = nullptr, mp.x_inv_only = false;
     CEDAR_TRY(kcu::hc_mix_collapse(mp, stream_));
-    CEDAR_CU(cudaEventRecord(side_events_[0], stream_), "cuda backend: fork side stream");
-    CEDAR_CU(cudaStreamWaitEvent(side_, side_events_[0], 0), "cuda backend: fork side stream");
     kcu::hc_post_params sp = hp;
     sp.partial = partial, sp.nblk = kcu::hc_mix_blocks(d), sp.ncols = hc * d, sp.x_inv = nullptr;
+    if (mix_in_group_ && hc == 4) {  // in the next grouped projections' launch: no fork
+      pending_mix = sp, mix_pending = true;
+      return {};
+    }
+    CEDAR_CU(cudaEventRecord(side_events_[0], stream_), "cuda backend: fork side stream");
+    CEDAR_CU(cudaStreamWaitEvent(side_, side_events_[0], 0), "cuda backend: fork side stream");
     CEDAR_TRY(kcu::hc_post(sp, side_));
     CEDAR_CU(cudaEventRecord(side_events_[1], side_), "cuda backend: join side stream");
     side_pending = true;
@@ -1435,7 +1458,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
           if (li.ratio > 1) it[n++] = gemv_item(b.c_wgate, x, d, cgate_rows, hd, b.attn_norm, xinv_in);
         }
         if (indexed && !cut) it[n++] = gemv_item(b.i_wproj, x, d, wts, Hi, b.attn_norm, xinv_in);
-        if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+        if (n > 0 || mix_pending) CEDAR_TRY(grouped_main(it, n));
       }
       // this token's SWA entry: norm, RoPE, FP8 into its ring slot (q's RoPE is applied by the
       // attention kernel as it reads q) — on the expert stream while q_b's projection runs
@@ -1495,7 +1518,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
         if (!cut) it[n++] = gemv_item(b.wq_b, qr, ql, q, H * hd, b.q_norm);
         if (indexed && !cut) it[n++] = gemv_item(b.i_wq_b, qr, ql, qi, Hi * Di, b.q_norm);
         if (comp) it[n++] = gemv_item(b.i_wk, latent, hd, keys, Di);
-        if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+        if (n > 0 || mix_pending) CEDAR_TRY(grouped_main(it, n));
       }
       if (l2_lookahead_ && !cut)
         CEDAR_TRY(lookahead({&b.wo_a, &b.wo_b, &b.hc_ffn_fn, &b.shared.w1, &b.shared.w3, &b.gate, &b.shared.w2}));
@@ -1602,7 +1625,7 @@ status cuda_backend::run_rows(std::span<sequence* const> seqs, std::span<const i
           it[n++] = gemv_item(b.shared.w3, x, d, h + F, 2 * F, b.ffn_norm, xinv_in);
         }
         if (E > 0 && KE > 0) it[n++] = gemv_item(b.gate, x, d, gl, E, b.ffn_norm, xinv_in);
-        if (n > 0) CEDAR_TRY(kcu::qgemv_grouped(it, n, stream_));
+        if (n > 0 || mix_pending) CEDAR_TRY(grouped_main(it, n));
       }
       // the routed experts on moe_stream_ (their own buffers: gate logits in, ye out) while
       // the shared expert runs here; the combine, which adds ye into y, waits for both

@@ -3,7 +3,8 @@
 // one to a counter the previous one wrote, launched four ways (stream or CUDA graph, with or
 // without Programmatic Dependent Launch), against the same N dependent phases inside ONE
 // persistent kernel separated by a grid-wide barrier (what a per-layer persistent kernel would
-// pay instead of a launch). Blocks per kernel: 1 and one per multiprocessor. The decode step of
+// pay instead of a launch), and the graph + PDL chain with a side branch forked every 4th link.
+// Blocks per kernel: 1 and one per multiprocessor. The decode step of
 // the 1.2B config is ~210 such links (bench_cuda_decode --profile), so the µs per link times
 // that count is the floor the launches put under a step. Checks the counter (N) every time.
 //
@@ -86,7 +87,9 @@ int main(int argc, char** argv) {
           "usage: bench_cuda_launch [--links N] [--reps R] [--csv FILE]\n"
           "The cost of one dependent link of a kernel chain (N links, default 200): stream or CUDA\n"
           "graph launches, with and without Programmatic Dependent Launch, against N phases of one\n"
-          "persistent kernel split by grid-wide barriers; 1 block and one per multiprocessor.\n"
+          "persistent kernel split by grid-wide barriers, and graph + PDL with a side branch (event\n"
+          "fork, one-block kernel on a second stream, join) every 4th link; 1 block and one per\n"
+          "multiprocessor.\n"
           "Prints us per link and the ratio to graph + PDL. Needs a GPU.\n");
       return 0;
     } else if (a == "--links") {
@@ -113,8 +116,10 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d multiprocessors; %d links, best of %d\n", prop.name, prop.multiProcessorCount, links, reps);
   int* counter = nullptr;
+  int* side_counter = nullptr;  // the side branches' links (not checked: they only need to run)
   unsigned* bar = nullptr;
   CK(cudaMalloc(&counter, sizeof(int)));
+  CK(cudaMalloc(&side_counter, sizeof(int)));
   CK(cudaMalloc(&bar, 2 * sizeof(unsigned)));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -169,6 +174,48 @@ int main(int argc, char** argv) {
         check(mode.c_str());
         out.push_back({mode, blocks, 1e3 * ms / links});
       }
+    }
+    // graph + PDL with a side branch every 4th link (as a decode step forks its mHC mixes and
+    // L2 lookahead): after link i (i % 4 == 0) an event forks a one-block kernel on a second
+    // stream, joined before the next fork; the difference to the plain chain is what the forks
+    // cost the main chain (e.g. a kernel after a fork no longer launched early by PDL)
+    {
+      kcu::set_pdl(true);
+      cudaStream_t side;
+      cudaEvent_t fork, join;
+      CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+      CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+      CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+      int forks = 0;
+      auto chain = [&] {
+        bool pending = false;
+        forks = 0;
+        for (int i = 0; i < links; ++i) {
+          CK(kcu::launch_kernel(link_kernel, blocks, 128, 0, s, counter));
+          if (i % 4 != 0) continue;
+          if (pending) CK(cudaStreamWaitEvent(s, join, 0));
+          CK(cudaEventRecord(fork, s));
+          CK(cudaStreamWaitEvent(side, fork, 0));
+          CK(kcu::launch_kernel(link_kernel, 1, 128, 0, side, side_counter));
+          CK(cudaEventRecord(join, side));
+          pending = true, ++forks;
+        }
+        if (pending) CK(cudaStreamWaitEvent(s, join, 0));
+      };
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      chain();
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      const float ms = timed([&] { CK(cudaGraphLaunch(ge, s)); });
+      check("graph + PDL, side branches");
+      out.push_back({"graph + PDL, fork per 4", blocks, 1e3 * ms / links});
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(g));
+      CK(cudaEventDestroy(fork));
+      CK(cudaEventDestroy(join));
+      CK(cudaStreamDestroy(side));
     }
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel, 128, 0));

@@ -4,6 +4,7 @@
 // 16-byte load per lane and row; RW × V bounded by registers), WS from the row count.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mhc_device.cuh"
 #include "kernels/cuda/moe_device.cuh"
 #include "kernels/cuda/qgemv.cuh"
 #include "kernels/cuda/qgemv_mma.cuh"
@@ -334,18 +335,31 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_kernel(qgemv_params p) {
   qgemv_body<F, V, MT, RW, WS>(p, blockIdx.x, blockIdx.y);
 }
 
-// Several independent projections in one launch: block x of item i is blockIdx.x − start[i].
+// Several independent projections in one launch: block x of item i is blockIdx.x − start[i];
+// blocks from start[n] on (mix_rows of them, qgemv_grouped_with_mix) reduce an mHC site's mixes,
+// one row each (hc_post's partial form at hc = 4, post_reduce_row: the same bits at any block
+// size).
 struct qgemv_group {
   int n = 0;
   qgemv_params item[k_qgemv_group_max];
   unsigned start[k_qgemv_group_max + 1] = {};
+  int mix_rows = 0;
+  hc_post_params mix;
 };
 
 template <weight_format F, int V, int MT, int RW, int WS, bool G>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g) {
   int i = 0;
   while (i + 1 < g.n && blockIdx.x >= g.start[i + 1]) ++i;
-  pdl_prefetch_entry([&] { prefetch_block_weights<F, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y); });
+  pdl_prefetch_entry([&] {
+    if (blockIdx.x < g.start[g.n]) prefetch_block_weights<F, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
+  });
+  if (blockIdx.x >= g.start[g.n]) {  // the mHC site's mix reduction (after the wait: the site's partials)
+    constexpr int hc = 4, nv = (2 + hc) * hc + 2;
+    __shared__ float sm[reduce_smem_floats(nv)];
+    if (blockIdx.y == 0) post_reduce_row<hc>(g.mix, (int)(blockIdx.x - g.start[g.n]), sm);
+    return;
+  }
   if (blockIdx.y * MT >= (unsigned)g.item[i].m) return;
   qgemv_body<F, V, MT, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
 }
@@ -553,7 +567,7 @@ launch_class class_of(const qmatrix& w) {
 }
 
 template <weight_format F, int V, int RW>
-status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
+status launch_group(const qgemv_params* items, int n, cudaStream_t s, const hc_post_params* mix = nullptr) {
   if (auto st = read_sms(); !st.ok()) return st;
   int64_t groups = 0, min_cols = INT64_MAX;
   for (int i = 0; i < n; ++i) {
@@ -574,6 +588,7 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
     blocks += (unsigned)((row_groups<RW>(items[i]) + gpb - 1) / gpb);
   }
   g.start[n] = blocks;
+  if (mix) g.mix = *mix, g.mix_rows = mix->R, blocks += (unsigned)mix->R;
   const int m = items[0].m;
   const int mt = m >= 8 ? 8 : m >= 4 ? 4 : m >= 2 ? 2 : 1;
   const dim3 grid(blocks, (unsigned)((m + mt - 1) / mt));
@@ -597,13 +612,14 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s) {
   return {};
 }
 
-status launch_class_group(launch_class c, const qgemv_params* items, int n, cudaStream_t s) {
+status launch_class_group(launch_class c, const qgemv_params* items, int n, cudaStream_t s,
+                          const hc_post_params* mix = nullptr) {
   switch (c) {
-    case launch_class::f32: return launch_group<weight_format::f32, 8, 1>(items, n, s);
-    case launch_class::bf16: return launch_group<weight_format::bf16, 8, 2>(items, n, s);
-    case launch_class::f8_v16: return launch_group<weight_format::f8_e4m3, 16, 2>(items, n, s);
-    case launch_class::f8_v8: return launch_group<weight_format::f8_e4m3, 8, 4>(items, n, s);
-    default: return launch_group<weight_format::fp4_e2m1, 32, 2>(items, n, s);
+    case launch_class::f32: return launch_group<weight_format::f32, 8, 1>(items, n, s, mix);
+    case launch_class::bf16: return launch_group<weight_format::bf16, 8, 2>(items, n, s, mix);
+    case launch_class::f8_v16: return launch_group<weight_format::f8_e4m3, 16, 2>(items, n, s, mix);
+    case launch_class::f8_v8: return launch_group<weight_format::f8_e4m3, 8, 4>(items, n, s, mix);
+    default: return launch_group<weight_format::fp4_e2m1, 32, 2>(items, n, s, mix);
   }
 }
 
@@ -707,7 +723,8 @@ status qgemv(const qgemv_params& p, cudaStream_t stream) {
   }
 }
 
-status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
+namespace {
+status grouped(const qgemv_params* items, int n, const hc_post_params* mix, cudaStream_t stream) {
   if (n < 0 || (n > 0 && !items)) return make_error(errc::invalid_argument, "qgemv_grouped: bad item list");
   for (int i = 0; i < n; ++i) {
     if (auto st = check_params(items[i]); !st.ok())
@@ -719,11 +736,20 @@ status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
   // one launch per class, in chunks of k_qgemv_group_max, items in their given order; the bf16
   // class goes to the tensor-core kernel when m > k_qgemv_m_tile (one m: all its items or none),
   // its SwiGLU items then in a vector launch of their own (pass 1)
-  auto launch = [stream](int c, const qgemv_params* chunk, int k) {
-    if (c == (int)launch_class::bf16 && qgemv_mma_applies(chunk[0])) return qgemv_mma(chunk, k, stream);
-    return launch_class_group((launch_class)c, chunk, k, stream);
+  // the mixes' reduction rides on the first launch when it is a vector-path one, else runs
+  // first in a launch of its own (the same results)
+  auto launch = [stream, &mix](int c, const qgemv_params* chunk, int k) -> status {
+    const bool mma = c == (int)launch_class::bf16 && qgemv_mma_applies(chunk[0]);
+    const hc_post_params* m = mix;
+    mix = nullptr;
+    if (m && mma) {
+      CEDAR_TRY(hc_post(*m, stream));
+      m = nullptr;
+    }
+    if (mma) return qgemv_mma(chunk, k, stream);
+    return launch_class_group((launch_class)c, chunk, k, stream, m);
   };
-  if (n == 0) return {};
+  if (n == 0) return mix ? hc_post(*mix, stream) : status{};
   qgemv_params plain = items[0];
   plain.glu_up = qmatrix{};
   plain.w.format = weight_format::bf16;
@@ -745,6 +771,19 @@ status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) {
         if (auto st = launch(c, chunk, k); !st.ok()) return st;
     }
   return {};
+}
+}  // namespace
+
+status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream) { return grouped(items, n, nullptr, stream); }
+
+status qgemv_grouped_with_mix(const qgemv_params* items, int n, const hc_post_params& mix, cudaStream_t stream) {
+  const bool rides = mix.hc == 4 && mix.R > 0 && mix.partial && mix.nblk > 0 && mix.ncols > 0 && mix.base && mix.scale &&
+                     mix.pre && mix.post && mix.comb;
+  if (!rides) {  // hc_post checks it (and names what is wrong), then the projections
+    CEDAR_TRY(hc_post(mix, stream));
+    return grouped(items, n, nullptr, stream);
+  }
+  return grouped(items, n, &mix, stream);
 }
 
 namespace {

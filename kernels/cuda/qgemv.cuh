@@ -28,6 +28,7 @@
 
 #include "kernels/base/result.hpp"
 #include "kernels/cpu/qmatmul.hpp"
+#include "kernels/cuda/mhc.cuh"
 #include "kernels/cuda/moe.cuh"
 
 namespace cedar::kernels::cuda {
@@ -88,6 +89,12 @@ status qgemv(const qgemv_params& p, cudaStream_t stream);
 // one qgemv per item (same kernel body, same sums). Items must not write overlapping outputs.
 constexpr int k_qgemv_group_max = 16;
 status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream);
+// qgemv_grouped, and an mHC site's mix reduction (hc_post with its partials: pre, post, comb for
+// the next site) in extra blocks of the first launch, one per row, after the items' blocks —
+// instead of a launch of its own on a side stream, whose fork and join the step's graph would
+// carry. The same bits as hc_post(mix) then qgemv_grouped. At hc = 4 and on the vector path;
+// otherwise (or when the first launch takes the tensor cores) hc_post runs first on the stream.
+status qgemv_grouped_with_mix(const qgemv_params* items, int n, const hc_post_params& mix, cudaStream_t stream);
 
 // Projections whose matrix is picked on the device (a token's routed experts): item i
 // (0 ≤ i < n) computes y[i, 0 : A] = wa[sel[i]] · x[i / x_div] and, when wb is given,

@@ -1104,6 +1104,81 @@ TEST(cuda_qgemv_expert, swiglu_on_the_down_load_gives_the_bits_of_swiglu_rows_th
   EXPECT_NE(st.err().message.find("shared memory"), std::string::npos) << st.err().message;
 }
 
+// An mHC site's mix reduction in extra blocks of the grouped projections' launch
+// (qgemv_grouped_with_mix): pre, post and comb are hc_post's bits on the same partials, and the
+// projections are qgemv_grouped's — hc 4 (the reduction rides on the first launch: a bf16 and an
+// fp8 class, so two launches; rows 1 and 3), hc 2 (hc_post's own launch first), no items at all;
+// a reduction with a null output is an error naming hc_post.
+TEST(cuda_qgemv_grouped, mix_reduction_in_the_launch_gives_hc_posts_bits) {
+  CEDAR_REQUIRE_GPU();
+  using cedar::test::randn;
+  int cases = 0;
+  for (int hc : {4, 2})
+    for (int R : {1, 3})
+      for (int with_items = 0; with_items < 2; ++with_items) {
+        std::mt19937 g((unsigned)(hc * 17 + R * 5 + with_items));
+        const int d = 512, mix = (2 + hc) * hc;
+        const auto X = randn(g, (size_t)R * hc * d, 1.0f), pre_prev = randn(g, (size_t)R * hc, 0.5f);
+        const auto fnw = randn(g, (size_t)mix * hc * d, 0.05f), base = randn(g, (size_t)mix, 0.5f);
+        const std::vector<float> scale = {0.7f, 1.3f, 0.9f};
+        dev_array<float> dX(X), dpp(pre_prev), dfn(fnw), db(base), ds(scale), dv((size_t)R * d),
+            dpart(cu::hc_mix_partial_floats(R, hc, d));
+        cu::hc_mix_params mp;
+        mp.R = R, mp.hc = hc, mp.d = d, mp.X = dX.p, mp.pre = dpp.p, mp.partial = dpart.p, mp.v = dv.p;
+        mp.fn = kc::qmatrix_f32(dfn.p, mix, (int64_t)hc * d);
+        ASSERT_TRUE(cu::hc_mix_collapse(mp, nullptr).ok());
+        dev_array<float> pre_a((size_t)R * hc), post_a((size_t)R * hc), comb_a((size_t)R * hc * hc);
+        dev_array<float> pre_b((size_t)R * hc), post_b((size_t)R * hc), comb_b((size_t)R * hc * hc);
+        pre_a.poison(), post_a.poison(), comb_a.poison(), pre_b.poison(), post_b.poison(), comb_b.poison();
+        cu::hc_post_params p;
+        p.R = R, p.hc = hc, p.sinkhorn_iters = 20, p.eps = 1e-6f, p.base = db.p, p.scale = ds.p;
+        p.partial = dpart.p, p.nblk = cu::hc_mix_blocks(d), p.ncols = hc * d, p.norm_eps = 1e-6f;
+        p.pre = pre_a.p, p.post = post_a.p, p.comb = comb_a.p;
+        ASSERT_TRUE(cu::hc_post(p, nullptr).ok());
+        // projections of the collapsed rows: a bf16 and an fp8 matrix (two launch classes)
+        std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
+        const kc::qmatrix w0 = dev_view(make_weight(g, F::bf16, 96, d, 1), keep);
+        const kc::qmatrix w1 = dev_view(make_weight(g, F::f8_e4m3, 64, d, 32), keep);
+        dev_array<float> y0a((size_t)R * 96), y1a((size_t)R * 64), y0b((size_t)R * 96), y1b((size_t)R * 64);
+        y0a.poison(), y1a.poison(), y0b.poison(), y1b.poison();
+        auto items = [&](float* y0, float* y1, cu::qgemv_params (&it)[2]) {
+          it[0].w = w0, it[0].m = R, it[0].x = dv.p, it[0].ldx = d, it[0].y = y0, it[0].ldy = 96;
+          it[1].w = w1, it[1].m = R, it[1].x = dv.p, it[1].ldx = d, it[1].y = y1, it[1].ldy = 64;
+        };
+        cu::qgemv_params ref[2], got[2];
+        items(y0a.p, y1a.p, ref);
+        items(y0b.p, y1b.p, got);
+        const int n = with_items ? 2 : 0;
+        if (n) {
+          ASSERT_TRUE(cu::qgemv_grouped(ref, n, nullptr).ok());
+        }
+        cu::hc_post_params q = p;
+        q.pre = pre_b.p, q.post = post_b.p, q.comb = comb_b.p;
+        auto st = cu::qgemv_grouped_with_mix(got, n, q, nullptr);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::string what = "hc " + std::to_string(hc) + " R " + std::to_string(R) + " items " + std::to_string(n);
+        const auto want_pre = pre_a.download();
+        for (float v : want_pre) ASSERT_TRUE(std::isfinite(v)) << "hc_post wrote no pre, " << what;
+        ASSERT_TRUE(same_bits(pre_b.download(), want_pre)) << "pre, " << what;
+        ASSERT_TRUE(same_bits(post_b.download(), post_a.download())) << "post, " << what;
+        ASSERT_TRUE(same_bits(comb_b.download(), comb_a.download())) << "comb, " << what;
+        if (n) {
+          ASSERT_TRUE(same_bits(y0b.download(), y0a.download())) << "bf16 item, " << what;
+          ASSERT_TRUE(same_bits(y1b.download(), y1a.download())) << "fp8 item, " << what;
+        }
+        ++cases;
+        if (hc == 4 && R == 1 && with_items) {  // a reduction without its outputs: hc_post's error
+          cu::hc_post_params bad = q;
+          bad.comb = nullptr;
+          st = cu::qgemv_grouped_with_mix(got, n, bad, nullptr);
+          ASSERT_FALSE(st.ok());
+          EXPECT_NE(st.err().message.find("hc_post"), std::string::npos) << st.err().message;
+        }
+      }
+  EXPECT_EQ(cases, 8);
+}
+
 // The weight stream's L2 policy (weights_evict_first): evict-first loads and bulk prefetches
 // or plain ones give the same bits — single projections (both column splits), a group with a
 // SwiGLU item, routed experts — for every format and each mode (0 evict-normal, 1 evict-first

@@ -365,6 +365,13 @@ TEST(cuda_decode, swiglu_on_the_down_load_changes_no_bit) {
   expect_switch_changes_no_bit("CEDAR_CUDA_SWIGLU_DOWN", "0", "1");
 }
 
+// The mHC sites' mix reductions in the next grouped projections' launch (no side-stream fork)
+// give the bits of the side-stream launches (CEDAR_CUDA_MIX_IN_GROUP=1 against 0).
+TEST(cuda_decode, mix_reduction_in_the_grouped_launch_changes_no_bit) {
+  CEDAR_REQUIRE_GPU();
+  expect_switch_changes_no_bit("CEDAR_CUDA_MIX_IN_GROUP", "0", "1");
+}
+
 // CEDAR_CUDA_STEP_PHASES=1: every step reports its device time split at events inside the step
 // (graph launch + upload, kernels, downloads; a graph replay adds the host's cudaGraphLaunch
 // call) — eager, captured and replayed steps alike — and the three device phases add up to the
