@@ -149,6 +149,18 @@ int main(int argc, char** argv) {
     }
     return best;
   };
+  auto graph_timed = [&](auto&& chain) {  // the chain captured into a graph, its launches timed
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    chain();
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    const float ms = timed([&] { CK(cudaGraphLaunch(ge, s)); });
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return ms;
+  };
   for (int blocks : {1, prop.multiProcessorCount}) {
     for (int graph = 0; graph < 2; ++graph) {
       for (int pdl = 0; pdl < 2; ++pdl) {
@@ -156,20 +168,7 @@ int main(int argc, char** argv) {
         auto chain = [&] {
           for (int i = 0; i < links; ++i) CK(kcu::launch_kernel(link_kernel, blocks, 128, 0, s, counter));
         };
-        float ms;
-        if (graph) {
-          cudaGraph_t g;
-          cudaGraphExec_t ge;
-          CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-          chain();
-          CK(cudaStreamEndCapture(s, &g));
-          CK(cudaGraphInstantiate(&ge, g, 0));
-          ms = timed([&] { CK(cudaGraphLaunch(ge, s)); });
-          CK(cudaGraphExecDestroy(ge));
-          CK(cudaGraphDestroy(g));
-        } else {
-          ms = timed(chain);
-        }
+        const float ms = graph ? graph_timed(chain) : timed(chain);
         const std::string mode = std::string(graph ? "graph" : "stream") + (pdl ? " + PDL" : "");
         check(mode.c_str());
         out.push_back({mode, blocks, 1e3 * ms / links});
@@ -202,17 +201,9 @@ int main(int argc, char** argv) {
         }
         if (pending) CK(cudaStreamWaitEvent(s, join, 0));
       };
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      chain();
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      const float ms = timed([&] { CK(cudaGraphLaunch(ge, s)); });
+      const float ms = graph_timed(chain);
       check("graph + PDL, side branches");
       out.push_back({"graph + PDL, fork per 4", blocks, 1e3 * ms / links});
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
       CK(cudaEventDestroy(fork));
       CK(cudaEventDestroy(join));
       CK(cudaStreamDestroy(side));

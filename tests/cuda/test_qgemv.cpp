@@ -875,8 +875,17 @@ TEST(cuda_qgemv_swiglu, epilogue_gives_the_bits_of_two_projections_and_swiglu_ro
   }
 }
 
+namespace {
+// An array of weight views in device memory (the expert launches' wa / wb).
+dev_array<uint8_t> views_on_device(const std::vector<kc::qmatrix>& v) {
+  return dev_array<uint8_t>(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
+                                                 reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+}
+}  // namespace
+
 // A routed-experts case: E experts of rows × cols weights (scale blocks of br rows), R rows of K
 // experts each.
+
 struct experts_case {
   F f;
   int64_t rows, cols;
@@ -896,11 +905,7 @@ TEST(cuda_qgemv_swiglu, routed_experts_up_and_swiglu_in_one_launch) {
       v1.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
       v3.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
     }
-    auto up_array = [](const std::vector<kc::qmatrix>& v) {
-      return dev_array<uint8_t>(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                                     reinterpret_cast<const uint8_t*>(v.data() + v.size())));
-    };
-    dev_array<uint8_t> d1 = up_array(v1), d3 = up_array(v3);
+    dev_array<uint8_t> d1 = views_on_device(v1), d3 = views_on_device(v3);
     const auto* w1 = reinterpret_cast<const kc::qmatrix*>(d1.p);
     const auto* w3 = reinterpret_cast<const kc::qmatrix*>(d3.p);
     const int n = sp.R * sp.K, F_ = (int)sp.rows, d = (int)sp.cols;
@@ -970,8 +975,7 @@ TEST(cuda_qgemv_expert, shared_expert_down_as_fixed_items_of_the_routed_launch) 
     for (int e = 0; e < sp.E; ++e) v.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
     const host_weight shared = make_weight(g, sp.f, sp.rows, sp.cols, sp.br);
     v.push_back(dev_view(shared, keep));
-    dev_array<uint8_t> dv(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                               reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+    dev_array<uint8_t> dv = views_on_device(v);
     const auto* arr = reinterpret_cast<const kc::qmatrix*>(dv.p);
     const int n = sp.R * sp.K, d = (int)sp.rows, F_ = (int)sp.cols;
     std::vector<int32_t> sel((size_t)n);
@@ -1041,8 +1045,7 @@ TEST(cuda_qgemv_expert, swiglu_on_the_down_load_gives_the_bits_of_swiglu_rows_th
       std::vector<std::unique_ptr<dev_array<uint8_t>>> keep;
       std::vector<kc::qmatrix> v;  // E routed experts, then the shared one
       for (int e = 0; e <= sp.E; ++e) v.push_back(dev_view(make_weight(g, sp.f, sp.rows, sp.cols, sp.br), keep));
-      dev_array<uint8_t> dv(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                                 reinterpret_cast<const uint8_t*>(v.data() + v.size())));
+      dev_array<uint8_t> dv = views_on_device(v);
       const auto* arr = reinterpret_cast<const kc::qmatrix*>(dv.p);
       const int n = sp.R * sp.K, d = (int)sp.rows, F_ = (int)sp.cols;
       std::vector<int32_t> sel((size_t)n);
@@ -1237,11 +1240,7 @@ TEST(cuda_qgemv_policy, evict_first_weight_stream_gives_the_same_bits) {
       v1.push_back(dev_view(make_weight(g, f, Fr, d, 1), keep));
       v3.push_back(dev_view(make_weight(g, f, Fr, d, 1), keep));
     }
-    auto up_array = [](const std::vector<kc::qmatrix>& v) {
-      return dev_array<uint8_t>(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.data()),
-                                                     reinterpret_cast<const uint8_t*>(v.data() + v.size())));
-    };
-    dev_array<uint8_t> d1 = up_array(v1), d3 = up_array(v3);
+    dev_array<uint8_t> d1 = views_on_device(v1), d3 = views_on_device(v3);
     std::vector<float> x((size_t)R * d);
     for (auto& v : x) v = nd(g);
     dev_array<float> dx(x), dh((size_t)R * K * 2 * Fr);
