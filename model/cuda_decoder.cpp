@@ -249,7 +249,7 @@ class cuda_backend final : public backend {
                      (int)kcu::generic_all, generic_mask_ & (int)kcu::generic_all);
       generic_mask_ &= (int)kcu::generic_all;
     }
-    swiglu_down_ = !env_off("CEDAR_CUDA_SWIGLU_DOWN");
+    swiglu_down_ = env_on("CEDAR_CUDA_SWIGLU_DOWN");
     mix_in_group_ = env_on("CEDAR_CUDA_MIX_IN_GROUP");
     phases_ = env_on("CEDAR_CUDA_STEP_PHASES");
     env_int("CEDAR_CUDA_FUSE_SHARED", 0, fuse_shared_rows_);
@@ -415,8 +415,9 @@ class cuda_backend final : public backend {
   // the routed experts' SwiGLU (and, in steps whose shared expert joins their down launch, the
   // shared expert's) taken on load by the down projection (moe_down_swiglu: each block computes
   // its item's activation into shared memory) — no swiglu_rows launch between the up and the
-  // down projections; the same bits (CEDAR_CUDA_SWIGLU_DOWN=0: the launches, A/B)
-  bool swiglu_down_ = true;
+  // down projections; the same bits. Not yet run on a GPU (session 45 got no device): off
+  // unless CEDAR_CUDA_SWIGLU_DOWN=1, until its tests and an A/B have run
+  bool swiglu_down_ = false;
   // the generic kernels (kernels/cuda/generic_kernels.hpp) for the ops whose bits are set:
   // 1 the mHC sites (127 KB of code against 19 KB for the form compiled for the site's hc_fn
   // format and tail), 2 the embedding and Engram gathers — the same bits;

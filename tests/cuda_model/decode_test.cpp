@@ -357,8 +357,8 @@ TEST(cuda_decode, compiled_kernel_forms_change_no_bit) {
   expect_switch_changes_no_bit("CEDAR_CUDA_GENERIC", "3", "0");
 }
 
-// The SwiGLU taken on the down projection's load (moe_down_swiglu) gives the bits of the
-// swiglu_rows launches (CEDAR_CUDA_SWIGLU_DOWN=0): routed alone, and with the shared expert in
+// The SwiGLU taken on the down projection's load (moe_down_swiglu, CEDAR_CUDA_SWIGLU_DOWN=1)
+// gives the bits of the swiglu_rows launches (=0): routed alone, and with the shared expert in
 // the down launch (the helper's second mode, FUSE_SHARED=8).
 TEST(cuda_decode, swiglu_on_the_down_load_changes_no_bit) {
   CEDAR_REQUIRE_GPU();
