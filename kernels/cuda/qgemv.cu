@@ -336,9 +336,9 @@ __global__ void __launch_bounds__(k_warps * 32) qgemv_kernel(qgemv_params p) {
 }
 
 // Several independent projections in one launch: block x of item i is blockIdx.x − start[i];
-// blocks from start[n] on (mix_rows of them, qgemv_grouped_with_mix) reduce an mHC site's mixes,
-// one row each (hc_post's partial form at hc = 4, post_reduce_row: the same bits at any block
-// size).
+// in the MIX form, blocks from start[n] on (mix_rows of them, qgemv_grouped_with_mix) reduce an
+// mHC site's mixes, one row each (hc_post's partial form at hc = 4, post_reduce_row: the same
+// bits at any block size).
 struct qgemv_group {
   int n = 0;
   qgemv_params item[k_qgemv_group_max];
@@ -347,18 +347,23 @@ struct qgemv_group {
   hc_post_params mix;
 };
 
-template <weight_format F, int V, int MT, int RW, int WS, bool G>
+// MIX: the form with the mix-reduction blocks (only it carries hc_post's code: ~12 KB, which
+// the plain forms of the step's hot launches do not pay).
+template <weight_format F, int V, int MT, int RW, int WS, bool G, bool MIX = false>
 __global__ void __launch_bounds__(k_warps * 32) qgemv_group_kernel(qgemv_group g) {
   int i = 0;
   while (i + 1 < g.n && blockIdx.x >= g.start[i + 1]) ++i;
   pdl_prefetch_entry([&] {
-    if (blockIdx.x < g.start[g.n]) prefetch_block_weights<F, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
+    if (!MIX || blockIdx.x < g.start[g.n])
+      prefetch_block_weights<F, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
   });
-  if (blockIdx.x >= g.start[g.n]) {  // the mHC site's mix reduction (after the wait: the site's partials)
-    constexpr int hc = 4, nv = (2 + hc) * hc + 2;
-    __shared__ float sm[reduce_smem_floats(nv)];
-    if (blockIdx.y == 0) post_reduce_row<hc>(g.mix, (int)(blockIdx.x - g.start[g.n]), sm);
-    return;
+  if constexpr (MIX) {
+    if (blockIdx.x >= g.start[g.n]) {  // the mHC site's mix reduction (after the wait: the site's partials)
+      constexpr int hc = 4, nv = (2 + hc) * hc + 2;
+      __shared__ float sm[reduce_smem_floats(nv)];
+      if (blockIdx.y == 0) post_reduce_row<hc>(g.mix, (int)(blockIdx.x - g.start[g.n]), sm);
+      return;
+    }
   }
   if (blockIdx.y * MT >= (unsigned)g.item[i].m) return;
   qgemv_body<F, V, MT, RW, WS, G>(g.item[i], blockIdx.x - g.start[i], blockIdx.y);
@@ -588,13 +593,25 @@ status launch_group(const qgemv_params* items, int n, cudaStream_t s, const hc_p
     blocks += (unsigned)((row_groups<RW>(items[i]) + gpb - 1) / gpb);
   }
   g.start[n] = blocks;
-  if (mix) g.mix = *mix, g.mix_rows = mix->R, blocks += (unsigned)mix->R;
   const int m = items[0].m;
   const int mt = m >= 8 ? 8 : m >= 4 ? 4 : m >= 2 ? 2 : 1;
-  const dim3 grid(blocks, (unsigned)((m + mt - 1) / mt));
   bool glu = false;  // a SwiGLU item: the instantiation with that form (never f32: check_params)
   for (int i = 0; i < n; ++i) glu |= items[i].glu_up.data != nullptr;
   constexpr bool can_glu = RW % 2 == 0;
+  // the mix reduction rides only on the form compiled for it (one activation tile, no SwiGLU
+  // item: the decode step's case); any other launch has hc_post run first, in its own launch
+  if (mix && (mt != 1 || (can_glu && glu))) {
+    CEDAR_TRY(hc_post(*mix, s));
+    mix = nullptr;
+  }
+  if (mix) g.mix = *mix, g.mix_rows = mix->R, blocks += (unsigned)mix->R;
+  const dim3 grid(blocks, (unsigned)((m + mt - 1) / mt));
+  if (mix) {
+    if (split) launch_kernel(qgemv_group_kernel<F, V, 1, RW, 4, false, true>, grid, k_warps * 32, 0, s, g);
+    else launch_kernel(qgemv_group_kernel<F, V, 1, RW, 1, false, true>, grid, k_warps * 32, 0, s, g);
+    CEDAR_CUDA_LAUNCHED("qgemv (grouped, with the mix reduction)");
+    return {};
+  }
 #define CEDAR_QGEMV_GROUP(MT)                                                                                   \
   (can_glu && glu                                                                                              \
        ? (split ? launch_kernel(qgemv_group_kernel<F, V, MT, RW, 4, can_glu>, grid, k_warps * 32, 0, s, g)       \

@@ -93,7 +93,8 @@ status qgemv_grouped(const qgemv_params* items, int n, cudaStream_t stream);
 // the next site) in extra blocks of the first launch, one per row, after the items' blocks —
 // instead of a launch of its own on a side stream, whose fork and join the step's graph would
 // carry. The same bits as hc_post(mix) then qgemv_grouped. At hc = 4 and on the vector path;
-// otherwise (or when the first launch takes the tensor cores) hc_post runs first on the stream.
+// otherwise (or when the first launch takes the tensor cores, several activation tiles or a
+// SwiGLU item) hc_post runs first on the stream.
 status qgemv_grouped_with_mix(const qgemv_params* items, int n, const hc_post_params& mix, cudaStream_t stream);
 
 // Projections whose matrix is picked on the device (a token's routed experts): item i
